@@ -1,0 +1,344 @@
+"""Data loaders: MNIST, Fashion-MNIST, a CIFAR-10 subset, a TinyStories sample, 8x8 digits.
+
+Where files are looked for, in order:
+
+1. the ``data_dir`` argument,
+2. the environment variable ``NTKBOOK_DATA``,
+3. the user cache ``$XDG_CACHE_HOME/ntkbook`` (``~/.cache/ntkbook``),
+4. for Fashion-MNIST, Debian's ``/usr/share/datasets/fashion-mnist`` (package
+   ``dataset-fashion-mnist``).
+
+Within a data directory each data set has its folder (``mnist/``, ``fashion-mnist/``,
+``cifar10/``, ``tinystories/``). When a file is found nowhere, it is downloaded from its canonical
+source into the user cache (unless ``NTKBOOK_OFFLINE=1``) and its checksum verified; when that
+fails too, :class:`DataNotFoundError` names the data set, every place searched and how to
+provide the file. Every file read is checked against the checksum of its decoded content, so a
+corrupt or different file raises :class:`ChecksumError` instead of silently changing results.
+
+Images come back as float arrays in [0, 1], shape ``(N, H, W)`` (grey) or ``(N, H, W, 3)``
+(colour), with integer labels.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+__all__ = [
+    "Dataset",
+    "DataNotFoundError",
+    "ChecksumError",
+    "load_mnist",
+    "load_fashion_mnist",
+    "load_cifar10",
+    "load_digits",
+    "load_tinystories",
+    "load",
+    "class_subset",
+    "search_dirs",
+    "CIFAR10_CLASSES",
+    "FASHION_MNIST_CLASSES",
+]
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A data file was found in none of the searched places and could not be downloaded."""
+
+
+class ChecksumError(ValueError):
+    """A data file's content does not match its known checksum."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A labelled image data set split into train and test.
+
+    ``x_*``: float32 in [0, 1], ``(N, H, W)`` or ``(N, H, W, C)``; ``y_*``: int64 ``(N,)``.
+    ``source`` says exactly what was loaded (which variant, from which folder).
+    """
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    class_names: tuple[str, ...]
+    source: str
+
+
+CIFAR10_CLASSES = (
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+)
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+    "Ankle boot",
+)
+
+# sha256 of the *decoded* (gunzipped) IDX files: robust to re-compression of the .gz files.
+_IDX_SHA256 = {
+    "mnist": {
+        "train-images-idx3-ubyte.gz": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+        "train-labels-idx1-ubyte.gz": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+        "t10k-images-idx3-ubyte.gz": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+        "t10k-labels-idx1-ubyte.gz": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+    },
+    "fashion-mnist": {
+        "train-images-idx3-ubyte.gz": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+        "train-labels-idx1-ubyte.gz": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+        "t10k-images-idx3-ubyte.gz": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+        "t10k-labels-idx1-ubyte.gz": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+    },
+}
+_FILE_SHA256 = {
+    ("cifar10", "cifar10-jpeg-q75-10k-2k.npz"): "8ed58942420dbb58883aa71dfca7209ef3d48a2aeff17e5e13c000d6b415f147",
+    ("tinystories", "tinystories_train_head_2MiB.txt"): "5352b299dcb1a32898b2d779b145b5a05f3e1265953fd21c264c9f9f9c9ae33d",
+}
+_URLS = {
+    "mnist": "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "fashion-mnist": "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+}
+_HOWTO = {
+    "mnist": "the four IDX .gz files of MNIST (train/t10k images/labels)",
+    "fashion-mnist": "the four IDX .gz files of Fashion-MNIST, or install Debian's dataset-fashion-mnist",
+    "cifar10": "cifar10-jpeg-q75-10k-2k.npz (the book's CIFAR-10 subset; it has no public download)",
+    "tinystories": "tinystories_train_head_2MiB.txt (the first 2 MiB of the TinyStories train split)",
+}
+
+
+def _user_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ntkbook"
+
+
+def search_dirs(dataset: str, data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """The folders searched for ``dataset``'s files, in order."""
+    roots: list[Path] = []
+    if data_dir is not None:
+        roots.append(Path(data_dir))
+    if os.environ.get("NTKBOOK_DATA"):
+        roots.append(Path(os.environ["NTKBOOK_DATA"]))
+    roots.append(_user_cache())
+    dirs = [r / dataset for r in roots]
+    if dataset == "fashion-mnist":
+        dirs.append(Path("/usr/share/datasets/fashion-mnist"))
+    return dirs
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _download(url: str, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp, os.fdopen(fd, "wb") as fh:
+            shutil.copyfileobj(resp, fh)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _find(dataset: str, filename: str, data_dir: str | os.PathLike | None) -> Path:
+    """Path of ``dataset/filename``: found in the search folders, or downloaded into the cache."""
+    dirs = search_dirs(dataset, data_dir)
+    for d in dirs:
+        if (d / filename).is_file():
+            return d / filename
+    tried = [str(d / filename) for d in dirs]
+    why = "no canonical download exists for this file"
+    if dataset in _URLS:
+        if os.environ.get("NTKBOOK_OFFLINE") == "1":
+            why = "downloads are off (NTKBOOK_OFFLINE=1)"
+        else:
+            dest = _user_cache() / dataset / filename
+            try:
+                _download(_URLS[dataset] + filename, dest)
+                return dest
+            except OSError as exc:
+                why = f"the download from {_URLS[dataset] + filename} failed ({exc})"
+    raise DataNotFoundError(
+        f"{dataset}: file {filename!r} not found. Searched, in order:\n  "
+        + "\n  ".join(tried)
+        + f"\nand {why}.\nProvide {_HOWTO[dataset]} in a folder '{dataset}/' under a data "
+        "directory, then pass data_dir=... or set NTKBOOK_DATA to that directory."
+    )
+
+
+def _read_idx(path: Path, expected_sha256: str, dataset: str) -> np.ndarray:
+    try:
+        raw = gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise ChecksumError(f"{dataset}: {path} is not a readable gzip file ({exc}); replace it") from exc
+    got = _sha256(raw)
+    if got != expected_sha256:
+        raise ChecksumError(
+            f"{dataset}: checksum mismatch for {path}: the decoded content has sha256 {got}, "
+            f"expected {expected_sha256}. The file is corrupt or is another data set; replace it."
+        )
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _load_idx_dataset(dataset: str, classes: Sequence[str], data_dir) -> Dataset:
+    arrays = {}
+    files = _IDX_SHA256[dataset]
+    paths = {}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        for kind, stem in (("x", "images-idx3-ubyte.gz"), ("y", "labels-idx1-ubyte.gz")):
+            name = f"{prefix}-{stem}"
+            paths[name] = _find(dataset, name, data_dir)
+            arrays[f"{kind}_{split}"] = _read_idx(paths[name], files[name], dataset)
+    folder = paths["train-images-idx3-ubyte.gz"].parent
+    return Dataset(
+        name=dataset,
+        x_train=arrays["x_train"].astype(np.float32) / 255.0,
+        y_train=arrays["y_train"].astype(np.int64),
+        x_test=arrays["x_test"].astype(np.float32) / 255.0,
+        y_test=arrays["y_test"].astype(np.int64),
+        class_names=tuple(classes),
+        source=f"{dataset} IDX files from {folder}",
+    )
+
+
+def load_mnist(data_dir: str | os.PathLike | None = None) -> Dataset:
+    """Full MNIST: 60,000 train / 10,000 test, ``(N, 28, 28)`` in [0, 1]."""
+    return _load_idx_dataset("mnist", [str(i) for i in range(10)], data_dir)
+
+
+def load_fashion_mnist(data_dir: str | os.PathLike | None = None) -> Dataset:
+    """Full Fashion-MNIST: 60,000 train / 10,000 test, ``(N, 28, 28)`` in [0, 1]."""
+    return _load_idx_dataset("fashion-mnist", FASHION_MNIST_CLASSES, data_dir)
+
+
+def _verified_file(dataset: str, filename: str, data_dir) -> Path:
+    path = _find(dataset, filename, data_dir)
+    got = _sha256(path.read_bytes())
+    want = _FILE_SHA256[(dataset, filename)]
+    if got != want:
+        raise ChecksumError(
+            f"{dataset}: checksum mismatch for {path}: sha256 {got}, expected {want}. "
+            "The file is corrupt or another version; replace it."
+        )
+    return path
+
+
+def load_cifar10(data_dir: str | os.PathLike | None = None) -> Dataset:
+    """The book's CIFAR-10 subset: 10,000 train / 2,000 test, ``(N, 32, 32, 3)`` in [0, 1].
+
+    These pixels are decoded from a JPEG (quality 75) re-encoding of CIFAR-10, not the lossless
+    originals: channel means match CIFAR-10, the standard deviation is slightly lower. Classes
+    are interleaved, so any prefix is class-balanced. ``Dataset.source`` says so, and chapters
+    that use it label it "CIFAR-10 (JPEG q75 subset)".
+    """
+    path = _verified_file("cifar10", "cifar10-jpeg-q75-10k-2k.npz", data_dir)
+    with np.load(path, allow_pickle=False) as z:
+        return Dataset(
+            name="cifar10",
+            x_train=z["x_train"].astype(np.float32) / 255.0,
+            y_train=z["y_train"].astype(np.int64).reshape(-1),
+            x_test=z["x_test"].astype(np.float32) / 255.0,
+            y_test=z["y_test"].astype(np.int64).reshape(-1),
+            class_names=tuple(str(c) for c in z["class_names"]),
+            source=f"CIFAR-10 JPEG-q75 subset (10k/2k) from {path}",
+        )
+
+
+def load_digits() -> Dataset:
+    """scikit-learn's bundled 8x8 digits (1,797 images), split 1,437 train / 360 test."""
+    from sklearn.datasets import load_digits as _sk_digits
+
+    d = _sk_digits()
+    x = (d.images / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
+    return Dataset(
+        name="digits", x_train=x[:1437], y_train=y[:1437], x_test=x[1437:], y_test=y[1437:],
+        class_names=tuple(str(i) for i in range(10)), source="scikit-learn load_digits",
+    )
+
+
+def load_tinystories(data_dir: str | os.PathLike | None = None) -> list[str]:
+    """The TinyStories sample: a list of 2,316 complete stories (strings)."""
+    path = _verified_file("tinystories", "tinystories_train_head_2MiB.txt", data_dir)
+    text = path.read_text(encoding="utf-8")
+    parts = text.split("<|endoftext|>")
+    # The sample was cut at 2 MiB: what follows the last separator is an unfinished story.
+    return [s.strip() for s in parts[:-1] if s.strip()]
+
+
+_LOADERS = {
+    "mnist": load_mnist,
+    "fashion-mnist": load_fashion_mnist,
+    "cifar10": load_cifar10,
+}
+
+
+def load(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
+    """Load an image data set by name: ``"mnist"``, ``"fashion-mnist"``, ``"cifar10"``, ``"digits"``."""
+    if name == "digits":
+        return load_digits()
+    if name not in _LOADERS:
+        raise ValueError(f"unknown data set {name!r}; choose one of {sorted(_LOADERS) + ['digits']}")
+    return _LOADERS[name](data_dir)
+
+
+def _class_index(ds: Dataset, c: int | str) -> int:
+    if isinstance(c, str):
+        if c not in ds.class_names:
+            raise ValueError(f"{ds.name} has no class {c!r}; classes: {ds.class_names}")
+        return ds.class_names.index(c)
+    if not 0 <= int(c) < len(ds.class_names):
+        raise ValueError(f"{ds.name} class index {c} out of range 0..{len(ds.class_names) - 1}")
+    return int(c)
+
+
+def class_subset(
+    ds: Dataset,
+    classes: Sequence[int | str],
+    n_per_class: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    flatten: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A balanced, seeded subset of some classes, e.g. MNIST 3 vs 8.
+
+    Returns ``(x, y)``: ``x`` float64 in [0, 1], flattened to ``(n, D)`` unless ``flatten=False``;
+    ``y`` int64 in ``0..len(classes)-1`` (the position of the class in ``classes``), with exactly
+    ``n_per_class`` examples of each class, in an interleaved order (class 0, class 1, ...).
+    The same ``(classes, n_per_class, split, seed)`` always gives the same examples.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    x_all = ds.x_train if split == "train" else ds.x_test
+    y_all = ds.y_train if split == "train" else ds.y_test
+    idx = [_class_index(ds, c) for c in classes]
+    if len(set(idx)) != len(idx):
+        raise ValueError(f"classes must be distinct, got {classes}")
+    rng = np.random.default_rng(seed)
+    picks = []
+    for c in idx:
+        pool = np.flatnonzero(y_all == c)
+        if n_per_class > pool.size:
+            raise ValueError(
+                f"{ds.name} {split} has only {pool.size} examples of class {ds.class_names[c]!r}, "
+                f"{n_per_class} requested"
+            )
+        picks.append(np.sort(rng.choice(pool, size=n_per_class, replace=False)))
+    order = np.stack(picks, axis=1).reshape(-1)  # interleave classes
+    x = x_all[order].astype(np.float64)
+    y = np.tile(np.arange(len(idx), dtype=np.int64), n_per_class)
+    if flatten:
+        x = x.reshape(x.shape[0], -1)
+    return x, y

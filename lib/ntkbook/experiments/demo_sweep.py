@@ -1,0 +1,65 @@
+"""A tiny demo experiment that exercises the store end to end.
+
+It measures the Monte Carlo error of estimating ``E[relu(z)] = 1/sqrt(2π)`` for ``z ~ N(0, 1)``
+from ``n`` samples, for a sweep of ``n``: the error falls like ``1/sqrt(n)``, the same law that
+governs how a finite-width NTK approaches its infinite-width limit. Each sample size is one
+checkpointed point of the sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ntkbook.progress import progress
+from ntkbook.store import PointStore, Result
+
+NAME = "demo_sweep"
+VERSION = "1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    sample_sizes: tuple[int, ...] = (16, 64, 256, 1024, 4096)
+    repeats: int = 200
+    seed: int = 0
+
+    @classmethod
+    def smoke(cls) -> "Config":
+        return cls(sample_sizes=(16, 64, 256, 1024), repeats=100)
+
+    @classmethod
+    def paper(cls) -> "Config":
+        return cls(sample_sizes=(16, 64, 256, 1024, 4096, 16384), repeats=400)
+
+
+def estimate_seconds(config: Config) -> float:
+    return 1e-8 * config.repeats * sum(config.sample_sizes) + 0.1
+
+
+def rms_error(n: int, repeats: int, seed: int) -> float:
+    """Root-mean-square error of the ``n``-sample mean of ``relu(z)`` over ``repeats`` draws."""
+    rng = np.random.default_rng([seed, n])
+    z = rng.standard_normal((repeats, n))
+    estimates = np.maximum(z, 0.0).mean(axis=1)
+    return float(np.sqrt(np.mean((estimates - 1.0 / math.sqrt(2 * math.pi)) ** 2)))
+
+
+def run(config: Config, points: PointStore | None = None) -> Result:
+    points = points or PointStore(None)
+    errors = []
+    for n in progress(config.sample_sizes, desc="demo sweep"):
+        _, scalars = points.cached(
+            f"n={n}", lambda n=n: ({}, {"rms_error": rms_error(n, config.repeats, config.seed)})
+        )
+        errors.append(scalars["rms_error"])
+    n = np.asarray(config.sample_sizes, dtype=float)
+    slope = float(np.polyfit(np.log(n), np.log(errors), 1)[0])
+    return Result(
+        name=NAME,
+        config=dataclasses.asdict(config),
+        arrays={"sample_sizes": n, "rms_error": np.asarray(errors)},
+        scalars={"loglog_slope": slope},
+    )
