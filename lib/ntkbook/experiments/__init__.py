@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 import time
 from pathlib import Path
 from types import ModuleType
@@ -27,9 +28,12 @@ from ntkbook.store import Result, Store, config_hash, provenance
 
 __all__ = ["EXPERIMENTS", "get", "make_config", "load_or_run", "results_dir", "cache_dir"]
 
-#: name -> module path of every registered experiment.
+#: name -> module path of every experiment: each module of this package (its file name is its
+#: ``NAME``), found without importing it.
 EXPERIMENTS: dict[str, str] = {
-    "demo_sweep": "ntkbook.experiments.demo_sweep",
+    info.name: f"{__name__}.{info.name}"
+    for info in pkgutil.iter_modules(__path__)
+    if not info.name.startswith("_")
 }
 
 SCALES = ("smoke", "paper")
@@ -39,7 +43,10 @@ def get(name: str) -> ModuleType:
     """The experiment module registered under ``name``."""
     if name not in EXPERIMENTS:
         raise KeyError(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
-    return importlib.import_module(EXPERIMENTS[name])
+    module = importlib.import_module(EXPERIMENTS[name])
+    if getattr(module, "NAME", None) != name:
+        raise RuntimeError(f"experiment module {module.__name__} must define NAME = {name!r}")
+    return module
 
 
 def make_config(name: str, scale: str, **overrides: Any):
