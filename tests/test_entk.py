@@ -1,0 +1,216 @@
+"""eNTK against explicit Jacobians (jax.jacrev of the batched model), in float64."""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from ntkbook import entk as E  # noqa: E402
+
+TOL = 1e-10
+C = 3
+
+
+# --------------------------------------------------------------------------------------------------
+# two small models, per-example convention f(params, x) -> (C,)
+# --------------------------------------------------------------------------------------------------
+def mlp_init(key, d=4, h=5, c=C):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return {
+        "dense1": {"w": jax.random.normal(k1, (d, h)), "b": 0.1 * jnp.ones(h)},
+        "dense2": {"w": jax.random.normal(k2, (h, h)) / 2, "b": jnp.zeros(h)},
+        "out": {"w": jax.random.normal(k3, (h, c))},
+    }
+
+
+def mlp(params, x):
+    h = jnp.tanh(x @ params["dense1"]["w"] + params["dense1"]["b"])
+    h = jnp.tanh(h @ params["dense2"]["w"] + params["dense2"]["b"])
+    return h @ params["out"]["w"]
+
+
+def attn_init(key, d=4, c=C):
+    ks = jax.random.split(key, 4)
+    return {
+        "attn": {n: jax.random.normal(k, (d, d)) / 2 for n, k in zip("qkv", ks[:3])},
+        "readout": jax.random.normal(ks[3], (d, c)),
+    }
+
+
+def attn(params, x):
+    """Single-head self-attention over the tokens of x (T, d), mean-pooled, then a readout."""
+    a = params["attn"]
+    q, k, v = x @ a["q"], x @ a["k"], x @ a["v"]
+    w = jax.nn.softmax(q @ k.T / jnp.sqrt(x.shape[-1]), axis=-1)
+    return jnp.mean(w @ v, axis=0) @ params["readout"]
+
+
+MODELS = {
+    "mlp": (mlp, mlp_init, (4,)),
+    "attn": (attn, attn_init, (3, 4)),
+}
+
+
+def setup(name, n1=5, n2=4, seed=0):
+    f, init, fshape = MODELS[name]
+    key = jax.random.PRNGKey(seed)
+    kp, k1, k2 = jax.random.split(key, 3)
+    params = init(kp)
+    x1 = jax.random.normal(k1, (n1,) + fshape)
+    x2 = jax.random.normal(k2, (n2,) + fshape)
+    return f, params, x1, x2
+
+
+def explicit_jac(f, params, x, pred=None):
+    """(N, C, P) Jacobian of the batched model by jax.jacrev, restricted to leaves where pred(path)."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    leaves = [leaf for _, leaf in flat]
+    keep = [i for i, (p, _) in enumerate(flat) if pred is None or pred(p)]
+
+    def F(sel):
+        ls = list(leaves)
+        for i, s in zip(keep, sel):
+            ls[i] = s
+        return jax.vmap(lambda xx: f(treedef.unflatten(ls), xx))(x)
+
+    js = jax.jacrev(F)([leaves[i] for i in keep])  # each (N, C, *shape)
+    return jnp.concatenate([j.reshape(j.shape[0], j.shape[1], -1) for j in js], axis=-1)
+
+
+def explicit(f, params, x1, x2, reduction, class_index=None, pred=None):
+    j1 = explicit_jac(f, params, x1, pred)
+    j2 = explicit_jac(f, params, x2, pred)
+    full = jnp.einsum("ncp,mdp->nmcd", j1, j2)
+    if reduction == "full":
+        return full
+    if reduction == "class":
+        return full[:, :, class_index, class_index]
+    if reduction == "class_mean":
+        return jnp.einsum("nmcc->nm", full) / full.shape[-1]
+    n1, n2, c, _ = full.shape
+    return jnp.transpose(full, (0, 2, 1, 3)).reshape(n1 * c, n2 * c)
+
+
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["mlp", "attn"])
+@pytest.mark.parametrize("reduction", ["full", "class", "class_mean", "flat"])
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_reductions_match_explicit_jacobians(name, reduction, batch_size):
+    f, params, x1, x2 = setup(name)
+    ci = 1 if reduction == "class" else None
+    got = E.entk(f, params, x1, x2, reduction=reduction, class_index=ci, batch_size=batch_size)
+    want = explicit(f, params, x1, x2, reduction, ci)
+    assert got.dtype == jnp.float64
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+    # x2=None: symmetric PSD kernel of x1 with itself
+    k = E.entk(f, params, x1, reduction=reduction, class_index=ci, batch_size=batch_size)
+    np.testing.assert_allclose(k, explicit(f, params, x1, x1, reduction, ci), rtol=TOL, atol=TOL)
+    if reduction == "full":
+        m = jnp.transpose(k, (0, 2, 1, 3)).reshape(k.shape[0] * C, -1)
+    else:
+        m = k
+    np.testing.assert_allclose(m, m.T, rtol=0, atol=1e-12)
+    assert np.linalg.eigvalsh(np.asarray(m)).min() > -1e-10 * np.abs(m).max()
+
+
+def test_param_filter_string_and_callable():
+    f, params, x1, x2 = setup("mlp")
+    pred = lambda path: jax.tree_util.keystr(path).startswith("['dense2']")  # noqa: E731
+    want = explicit(f, params, x1, x2, "flat", pred=pred)
+    for flt in ("dense2", r"\['dense2'\]", pred):
+        got = E.entk(f, params, x1, x2, reduction="flat", param_filter=flt, batch_size=3)
+        np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    assert set(E.select(params, "dense2")) == {"['dense2']['b']", "['dense2']['w']"}
+
+
+@pytest.mark.parametrize("name", ["mlp", "attn"])
+def test_layerwise_sums_to_full(name):
+    f, params, x1, x2 = setup(name)
+    full = E.entk(f, params, x1, x2, reduction="class_mean")
+    layers = E.entk_layerwise(f, params, x1, x2, reduction="class_mean")
+    expected = {"mlp": {"['dense1']", "['dense2']", "['out']"}, "attn": {"['attn']", "['readout']"}}
+    assert set(layers) == expected[name]
+    np.testing.assert_allclose(sum(layers.values()), full, rtol=TOL, atol=TOL)
+    # explicit partition, chunked, full reduction
+    if name == "mlp":
+        parts = {"first": "dense1", "rest": lambda p: "dense1" not in jax.tree_util.keystr(p)}
+        lw = E.entk_layerwise(f, params, x1, layers=parts, reduction="full", batch_size=2)
+        np.testing.assert_allclose(
+            lw["first"] + lw["rest"], E.entk(f, params, x1, reduction="full"), rtol=TOL, atol=TOL
+        )
+        np.testing.assert_allclose(
+            lw["first"], E.entk(f, params, x1, param_filter="dense1"), rtol=TOL, atol=TOL
+        )
+
+
+@pytest.mark.parametrize("name", ["mlp", "attn"])
+@pytest.mark.parametrize("reduction", ["flat", "class", "class_mean"])
+@pytest.mark.parametrize("flt", [None, "out|readout"])
+@pytest.mark.parametrize("reuse", [True, False])
+def test_matvec_matches_materialised(name, reduction, flt, reuse):
+    f, params, x1, _ = setup(name)
+    ci = 2 if reduction == "class" else None
+    op = E.entk_matvec(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt,
+                       reuse_forward=reuse)
+    K = E.entk(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt)
+    assert op.dim == K.shape[0]
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        v = rng.standard_normal(op.dim)
+        np.testing.assert_allclose(op(v), K @ v, rtol=TOL, atol=TOL)
+
+
+def test_nnx_split_model():
+    from flax import nnx
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(4, 6, param_dtype=jnp.float64, rngs=rngs)
+            self.l2 = nnx.Linear(6, C, param_dtype=jnp.float64, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l2(jnp.tanh(self.l1(x)))
+
+    model = Net(nnx.Rngs(0))
+    f, params = E.split_model(model)
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, 4))
+    layers = E.entk_layerwise(f, params, x, reduction="flat")
+    assert set(layers) == {"['l1']", "['l2']"}
+    K = E.entk(f, params, x, reduction="flat")
+    np.testing.assert_allclose(layers["['l1']"] + layers["['l2']"], K, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(K, explicit(f, params, x, x, "flat"), rtol=TOL, atol=TOL)
+
+
+# --------------------------------------------------------------------------------------------------
+# bad input
+# --------------------------------------------------------------------------------------------------
+def test_bad_inputs():
+    f, params, x1, _ = setup("mlp")
+    with pytest.raises(ValueError, match="mismatched per-example feature shapes"):
+        E.entk(f, params, x1, jnp.ones((3, 5)))
+    with pytest.raises(ValueError, match="unknown reduction"):
+        E.entk(f, params, x1, reduction="trace")
+    with pytest.raises(ValueError, match="needs class_index"):
+        E.entk(f, params, x1, reduction="class")
+    with pytest.raises(ValueError, match="out of range"):
+        E.entk(f, params, x1, reduction="class", class_index=C)
+    with pytest.raises(ValueError, match=r"selects no parameters; available paths: .*\['dense1'\]"):
+        E.entk(f, params, x1, param_filter="no_such_layer")
+    with pytest.raises(ValueError, match=r"layer 'bad'.*selects no parameters"):
+        E.entk_layerwise(f, params, x1, layers={"ok": "dense1", "bad": "nothing"})
+    with pytest.raises(ValueError, match="selects no parameters"):
+        E.select(params, lambda p: False)
+    with pytest.raises(ValueError, match="selects no parameters"):
+        E.entk_matvec(f, params, x1, param_filter="nothing")
+    with pytest.raises(ValueError, match="unknown reduction"):
+        E.entk_matvec(f, params, x1, reduction="full")
+    with pytest.raises(ValueError, match="ONE example"):
+        E.entk(lambda p, x: mlp(p, x).sum(), params, x1)
+    op = E.entk_matvec(f, params, x1)
+    with pytest.raises(ValueError, match="expected a vector of shape"):
+        op(jnp.ones(3))
