@@ -3,7 +3,8 @@
 In a terminal (stderr is a TTY) this is a :mod:`tqdm` bar. In a notebook executed by papermill,
 whose output is frozen into the HTML, a redrawn bar would leave hundreds of carriage-return
 fragments; there we print one plain line at every ``every`` fraction of the work (10% by
-default) with the elapsed time and an estimate of the time left, then a closing line.
+default) with the elapsed time and an estimate of the time left, then a closing line. Work that
+finishes within ``quiet_seconds`` (2 s by default) prints nothing at all.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _is_terminal() -> bool:
 class Progress:
     """A progress reporter over ``total`` steps; use :func:`progress` to wrap an iterable."""
 
-    def __init__(self, total: int, desc: str = "", *, every: float = 0.1, terminal: bool | None = None):
+    def __init__(self, total: int, desc: str = "", *, every: float = 0.1, terminal: bool | None = None,
+                 quiet_seconds: float = 2.0):
         self.total = int(total)
         self.desc = desc
         self.every = every
@@ -46,6 +48,8 @@ class Progress:
         self.postfix: dict[str, Any] = {}
         self.start = time.perf_counter()
         self._next_report = every
+        self.quiet_seconds = quiet_seconds
+        self._printed = False
         self.terminal = _is_terminal() if terminal is None else terminal
         self._bar = None
         if self.terminal:
@@ -68,6 +72,9 @@ class Progress:
             while self._next_report <= frac + 1e-12:
                 self._next_report += self.every
             elapsed = time.perf_counter() - self.start
+            if elapsed < self.quiet_seconds:
+                return
+            self._printed = True
             left = elapsed * (self.total - self.n) / max(self.n, 1)
             print(
                 f"{self.desc}: {self.n}/{self.total} ({frac:4.0%}) "
@@ -85,6 +92,8 @@ class Progress:
             self._bar.close()
             return
         elapsed = time.perf_counter() - self.start
+        if not self._printed and elapsed < self.quiet_seconds:
+            return
         print(f"{self.desc}: done, {self.n}/{self.total} in {format_seconds(elapsed)}{self._post()}", flush=True)
 
     def __enter__(self) -> "Progress":

@@ -1,0 +1,57 @@
+# The two commands of the README:
+#   make book   builds the whole book (paper scale; SCALE=smoke for the quick version)
+#   make test   runs every test (unit tests, every chapter at smoke scale, the book build with
+#               warnings as errors, and the headless-Chromium check of the HTML)
+# Each creates .venv with Python 3.12 and installs what it needs.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Python 3.12: the first interpreter that really is 3.12 (pyenv shims may exist but fail).
+PYTHON ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12); print(sys.executable)' 2>/dev/null && break; done)
+VENV := .venv
+PY := $(VENV)/bin/python
+SCALE ?= paper
+
+# Data: $NTKBOOK_DATA if set, else ../shared/data when it exists (the layout used by CI).
+ifeq ($(origin NTKBOOK_DATA), undefined)
+  ifneq ($(wildcard ../shared/data),)
+    export NTKBOOK_DATA := $(abspath ../shared/data)
+  endif
+endif
+
+.PHONY: help setup book test browser clean
+
+help:
+	@echo "make book   build the book into _build/\$$SCALE/html (SCALE=paper by default, SCALE=smoke for CI size)"
+	@echo "make test   run all tests (unit, chapters at smoke scale, book build, browser check)"
+	@echo "make clean  remove build outputs"
+
+$(VENV)/.installed: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: Python 3.12 not found; install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[book,test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+book: setup
+	$(PY) -m ntkbook.bookbuild --scale $(SCALE)
+	@echo "open _build/$(SCALE)/html/index.html"
+
+# Debian's chromium for the browser check: installed when missing and we are root,
+# otherwise the browser tests are skipped with the reason shown.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the browser check ..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "chromium is missing and cannot be installed here: the browser check will be skipped"; fi
+
+test: setup browser
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf _build .cache _mathjax

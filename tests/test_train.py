@@ -1,0 +1,85 @@
+"""The training loop: convergence, determinism, logging, NaN detection naming the step."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from ntkbook.progress import Progress
+from ntkbook.train import TrainingDiverged, fit
+
+
+def _problem():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 4))
+    y = x @ np.array([1.0, -2.0, 0.5, 3.0])
+    return x, y
+
+
+def loss(p, batch):
+    x, y = batch
+    return jnp.mean((x @ p["w"] - y) ** 2)
+
+
+def test_fit_converges_and_logs():
+    x, y = _problem()
+    epochs_seen = []
+    res = fit(loss, {"w": jnp.zeros(4)}, optax.adam(0.05), (x, y), epochs=200, batch_size=32,
+              metrics=lambda p: {"w0": float(p["w"][0])}, log_every=50,
+              callback=lambda e, p: epochs_seen.append(e), show_progress=False)
+    np.testing.assert_allclose(res.params["w"], [1.0, -2.0, 0.5, 3.0], atol=1e-3)
+    assert res.history["epoch"].tolist() == [0, 50, 100, 150, 200] == epochs_seen
+    assert res.history["loss"][0] > 100 * res.history["loss"][-1]
+    assert res.history["w0"][0] == 0.0
+
+
+def test_fit_is_deterministic():
+    x, y = _problem()
+    a = fit(loss, {"w": jnp.zeros(4)}, optax.sgd(0.01), (x, y), epochs=5, batch_size=16, seed=3, show_progress=False)
+    b = fit(loss, {"w": jnp.zeros(4)}, optax.sgd(0.01), (x, y), epochs=5, batch_size=16, seed=3, show_progress=False)
+    c = fit(loss, {"w": jnp.zeros(4)}, optax.sgd(0.01), (x, y), epochs=5, batch_size=16, seed=4, show_progress=False)
+    np.testing.assert_array_equal(a.params["w"], b.params["w"])
+    assert not np.array_equal(a.params["w"], c.params["w"])
+
+
+def test_nan_names_the_step():
+    x, y = _problem()
+    with pytest.raises(TrainingDiverged) as err:
+        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(10.0), (x, y), epochs=20, batch_size=32, show_progress=False)
+    e = err.value
+    assert e.epoch >= 1 and e.step >= 0
+    assert f"epoch {e.epoch}, step {e.step}" in str(e)
+    x_bad = x.copy()
+    x_bad[0, 0] = np.nan
+    with pytest.raises(TrainingDiverged, match="epoch 0, step 0"):
+        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(0.01), (x_bad, y), epochs=1, show_progress=False)
+
+
+def test_bad_data():
+    x, y = _problem()
+    with pytest.raises(ValueError, match="different leading sizes"):
+        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(0.1), (x, y[:10]), epochs=1)
+    with pytest.raises(ValueError, match="batch_size"):
+        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(0.1), (x, y), epochs=1, batch_size=1000)
+
+
+def test_progress_in_notebook_mode(capsys, monkeypatch):
+    clock = iter(range(0, 1000, 3))
+    monkeypatch.setattr("ntkbook.progress.time.perf_counter", lambda: float(next(clock)))
+    with Progress(10, "sweep", terminal=False) as bar:
+        for _ in range(10):
+            bar.update()
+            bar.set_postfix(loss=0.5)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("sweep: 1/10 ( 10%) elapsed")
+    assert "left" in lines[0] and lines[-1].startswith("sweep: done, 10/10")
+    assert len(lines) == 10 and "\r" not in "".join(lines)
+
+
+def test_progress_quiet_when_fast(capsys):
+    with Progress(5, "fast", terminal=False) as bar:
+        for _ in range(5):
+            bar.update()
+    assert capsys.readouterr().out == ""
