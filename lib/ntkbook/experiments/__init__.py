@@ -88,6 +88,11 @@ def run_and_save(name: str, config: Any, store: Store) -> Result:
     if points.reused:
         result.provenance["resumed_points"] = len(points.reused)
     store.save(result, module.VERSION)
+    # The result is complete: its per-point checkpoints are no longer needed.
+    if points.folder is not None:
+        import shutil
+
+        shutil.rmtree(points.folder, ignore_errors=True)
     return result
 
 
