@@ -1,5 +1,7 @@
 """eNTK against explicit Jacobians (jax.jacrev of the batched model), in float64."""
 
+import functools
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -76,14 +78,15 @@ def explicit_jac(f, params, x, pred=None):
             ls[i] = s
         return jax.vmap(lambda xx: f(treedef.unflatten(ls), xx))(x)
 
-    js = jax.jacrev(F)([leaves[i] for i in keep])  # each (N, C, *shape)
+    js = jax.jit(jax.jacrev(F))([leaves[i] for i in keep])  # each (N, C, *shape)
     return jnp.concatenate([j.reshape(j.shape[0], j.shape[1], -1) for j in js], axis=-1)
 
 
-def explicit(f, params, x1, x2, reduction, class_index=None, pred=None):
-    j1 = explicit_jac(f, params, x1, pred)
-    j2 = explicit_jac(f, params, x2, pred)
-    full = jnp.einsum("ncp,mdp->nmcd", j1, j2)
+def explicit(f, params, x1, x2, reduction, class_index=None, pred=None, full=None):
+    if full is None:
+        j1 = explicit_jac(f, params, x1, pred)
+        j2 = explicit_jac(f, params, x2, pred)
+        full = jnp.einsum("ncp,mdp->nmcd", j1, j2)
     if reduction == "full":
         return full
     if reduction == "class":
@@ -94,22 +97,32 @@ def explicit(f, params, x1, x2, reduction, class_index=None, pred=None):
     return jnp.transpose(full, (0, 2, 1, 3)).reshape(n1 * c, n2 * c)
 
 
+@functools.lru_cache(maxsize=None)
+def reference(name):
+    """Model, data and the explicit full kernels K(x1, x2), K(x1, x1), computed once per model."""
+    f, params, x1, x2 = setup(name)
+    j1 = explicit_jac(f, params, x1)
+    j2 = explicit_jac(f, params, x2)
+    return f, params, x1, x2, jnp.einsum("ncp,mdp->nmcd", j1, j2), jnp.einsum("ncp,mdp->nmcd", j1, j1)
+
+
 # --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["mlp", "attn"])
 @pytest.mark.parametrize("reduction", ["full", "class", "class_mean", "flat"])
 @pytest.mark.parametrize("batch_size", [None, 2])
 def test_reductions_match_explicit_jacobians(name, reduction, batch_size):
-    f, params, x1, x2 = setup(name)
+    f, params, x1, x2, full12, full11 = reference(name)
     ci = 1 if reduction == "class" else None
     got = E.entk(f, params, x1, x2, reduction=reduction, class_index=ci, batch_size=batch_size)
-    want = explicit(f, params, x1, x2, reduction, ci)
+    want = explicit(f, params, x1, x2, reduction, ci, full=full12)
     assert got.dtype == jnp.float64
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
 
     # x2=None: symmetric PSD kernel of x1 with itself
     k = E.entk(f, params, x1, reduction=reduction, class_index=ci, batch_size=batch_size)
-    np.testing.assert_allclose(k, explicit(f, params, x1, x1, reduction, ci), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(k, explicit(f, params, x1, x1, reduction, ci, full=full11),
+                               rtol=TOL, atol=TOL)
     if reduction == "full":
         m = jnp.transpose(k, (0, 2, 1, 3)).reshape(k.shape[0] * C, -1)
     else:
@@ -151,18 +164,18 @@ def test_layerwise_sums_to_full(name):
 @pytest.mark.parametrize("name", ["mlp", "attn"])
 @pytest.mark.parametrize("reduction", ["flat", "class", "class_mean"])
 @pytest.mark.parametrize("flt", [None, "out|readout"])
-@pytest.mark.parametrize("reuse", [True, False])
-def test_matvec_matches_materialised(name, reduction, flt, reuse):
+def test_matvec_matches_materialised(name, reduction, flt):
     f, params, x1, _ = setup(name)
     ci = 2 if reduction == "class" else None
-    op = E.entk_matvec(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt,
-                       reuse_forward=reuse)
     K = E.entk(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt)
-    assert op.dim == K.shape[0]
     rng = np.random.default_rng(0)
-    for _ in range(2):
-        v = rng.standard_normal(op.dim)
-        np.testing.assert_allclose(op(v), K @ v, rtol=TOL, atol=TOL)
+    for reuse in (True, False):
+        op = E.entk_matvec(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt,
+                           reuse_forward=reuse)
+        assert op.dim == K.shape[0]
+        for _ in range(2):
+            v = rng.standard_normal(op.dim)
+            np.testing.assert_allclose(op(v), K @ v, rtol=TOL, atol=TOL)
 
 
 def test_nnx_split_model():

@@ -40,6 +40,7 @@ Precision
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, Mapping, Sequence
 
@@ -131,11 +132,24 @@ class _Params:
             )
         return idx
 
-    def rebuild(self, sel_idx: Sequence[int], sel_leaves: Sequence[Any]):
-        leaves = list(self.leaves)
-        for i, leaf in zip(sel_idx, sel_leaves):
-            leaves[i] = leaf
-        return self.treedef.unflatten(leaves)
+    def split(self, sel_idx: Sequence[int]):
+        """(selected leaves, frozen leaves) for the positions ``sel_idx``."""
+        s = set(sel_idx)
+        return ([self.leaves[i] for i in sel_idx],
+                [leaf for i, leaf in enumerate(self.leaves) if i not in s])
+
+
+def _rebuild(treedef, n_leaves, sel_idx, sel_leaves, frozen_leaves):
+    """The full pytree from its selected and frozen leaves (both passed as traced arguments, so
+    that frozen parameters are never baked into compiled programs as constants)."""
+    leaves = [None] * n_leaves
+    for i, leaf in zip(sel_idx, sel_leaves):
+        leaves[i] = leaf
+    it = iter(frozen_leaves)
+    for i in range(n_leaves):
+        if leaves[i] is None:
+            leaves[i] = next(it)
+    return treedef.unflatten(leaves)
 
 
 def select(params, param_filter: Filter) -> dict[str, jax.Array]:
@@ -221,24 +235,26 @@ def _check_reduction(reduction: str, class_index, C: int, allowed=REDUCTIONS):
 # --------------------------------------------------------------------------------------------------
 # materialised kernels
 # --------------------------------------------------------------------------------------------------
-def _make_block_fns(f, ps: _Params, sel_idx, groups, reduction, class_index, C):
+@functools.lru_cache(maxsize=64)
+def _make_block_fns(f, treedef, n_leaves, sel_idx, groups, reduction, class_index, C):
     """Jitted functions computing, for chunks of inputs, the kernel of each group of leaves.
 
-    ``groups`` is a list of lists of positions into ``sel_idx``.  Each block function returns a
+    ``groups`` is a tuple of tuples of positions into ``sel_idx``.  Each block function returns a
     tuple (one array per group) in the "full" layout (n, m, C', C') for reduction full/flat and
-    (n, m) for class/class_mean.
+    (n, m) for class/class_mean.  Cached, so repeated calls with the same model and structure reuse
+    the compiled functions.
     """
 
-    def f_sel(sel_leaves, x):
-        out = f(ps.rebuild(sel_idx, sel_leaves), x)
+    def f_sel(sel_leaves, frozen, x):
+        out = f(_rebuild(treedef, n_leaves, sel_idx, sel_leaves, frozen), x)
         if reduction == "class":
             out = out[class_index][None]
         return out
 
     jac_one = jax.jacrev(f_sel)  # list of (C', *leaf_shape)
 
-    def jac(sel_leaves, xb):
-        js = jax.vmap(jac_one, in_axes=(None, 0))(sel_leaves, xb)
+    def jac(sel_leaves, frozen, xb):
+        js = jax.vmap(jac_one, in_axes=(None, None, 0))(sel_leaves, frozen, xb)
         return [j.reshape(j.shape[0], j.shape[1], -1) for j in js]  # (b, C', P_i)
 
     def contract(j1, j2):
@@ -257,12 +273,12 @@ def _make_block_fns(f, ps: _Params, sel_idx, groups, reduction, class_index, C):
         return tuple(outs)
 
     @jax.jit
-    def block(sel_leaves, xa, xb):
-        return contract(jac(sel_leaves, xa), jac(sel_leaves, xb))
+    def block(sel_leaves, frozen, xa, xb):
+        return contract(jac(sel_leaves, frozen, xa), jac(sel_leaves, frozen, xb))
 
     @jax.jit
-    def block_sym(sel_leaves, xa):
-        ja = jac(sel_leaves, xa)
+    def block_sym(sel_leaves, frozen, xa):
+        ja = jac(sel_leaves, frozen, xa)
         return contract(ja, ja)
 
     return block, block_sym
@@ -302,14 +318,15 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
                  for name, flt in groups_filters]
     sel_idx = sorted(set(i for g in group_idx for i in g))
     pos = {i: k for k, i in enumerate(sel_idx)}
-    groups = [[pos[i] for i in g] for g in group_idx]
-    sel = [ps.leaves[i] for i in sel_idx]
+    groups = tuple(tuple(pos[i] for i in g) for g in group_idx)
+    sel, frozen = ps.split(sel_idx)
 
-    block, block_sym = _make_block_fns(f, ps, sel_idx, groups, reduction, class_index, C)
+    block, block_sym = _make_block_fns(f, ps.treedef, len(ps.leaves), tuple(sel_idx), groups,
+                                       reduction, class_index, C)
     G = len(groups)
 
     if batch_size is None or (batch_size >= x1.shape[0] and (x2 is None or batch_size >= x2.shape[0])):
-        ks = block_sym(sel, x1) if x2 is None else block(sel, x1, x2)
+        ks = block_sym(sel, frozen, x1) if x2 is None else block(sel, frozen, x1, x2)
     else:
         c1, s1 = _chunks(x1, batch_size)
         if x2 is None:
@@ -324,9 +341,9 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
                         grid[g][i][j] = _transpose_block(grid[g][j][i], reduction)
                     continue
                 if x2 is None and i == j:
-                    out = block_sym(sel, a)
+                    out = block_sym(sel, frozen, a)
                 else:
-                    out = block(sel, a, b)
+                    out = block(sel, frozen, a, b)
                 for g in range(G):
                     grid[g][i][j] = out[g][:na, :nb]
         ks = tuple(
@@ -465,16 +482,18 @@ def entk_matvec(
     C = _num_outputs(f, params, x[0])
     _check_reduction(reduction, class_index, C, allowed=("flat", "class_mean", "class"))
     sel_idx = ps.indices(param_filter)
-    sel = [ps.leaves[i] for i in sel_idx]
+    sel, frozen = ps.split(sel_idx)
+    treedef, n_leaves = ps.treedef, len(ps.leaves)
     N = x.shape[0]
 
-    def F(sel_leaves):
-        out = jax.vmap(lambda xx: f(ps.rebuild(sel_idx, sel_leaves), xx))(x)
+    def F(sel_leaves, frozen, x):
+        p = _rebuild(treedef, n_leaves, sel_idx, sel_leaves, frozen)
+        out = jax.vmap(lambda xx: f(p, xx))(x)
         if reduction == "class":
             out = out[:, class_index]
         return out
 
-    out_struct = jax.eval_shape(F, sel)
+    out_struct = jax.eval_shape(F, sel, frozen, x)
     dtype = out_struct.dtype
     dim = N * C if reduction == "flat" else N
 
@@ -489,7 +508,8 @@ def entk_matvec(
         return jnp.einsum("cnc->n", outs) / C
 
     if reuse_forward:
-        lin = jax.jit(lambda s: jax.linearize(F, s)[1])(sel)
+        # one forward pass: everything not depending on the tangent of `sel` is evaluated here
+        lin = jax.jit(lambda s, fr, xx: jax.linearize(lambda t: F(t, fr, xx), s)[1])(sel, frozen, x)
 
         @jax.jit
         def product(lin, sel_like, v):
@@ -501,11 +521,12 @@ def entk_matvec(
     else:
 
         @jax.jit
-        def product(sel_leaves, v):
-            _, vjp = jax.vjp(F, sel_leaves)
-            return apply(lambda u: jax.jvp(F, (sel_leaves,), (u,))[1], lambda ct: vjp(ct)[0], v)
+        def product(sel_leaves, frozen, x, v):
+            Fs = lambda t: F(t, frozen, x)  # noqa: E731
+            _, vjp = jax.vjp(Fs, sel_leaves)
+            return apply(lambda u: jax.jvp(Fs, (sel_leaves,), (u,))[1], lambda ct: vjp(ct)[0], v)
 
         def fn(v):
-            return product(sel, v)
+            return product(sel, frozen, x, v)
 
     return KernelOperator(fn, dim, dtype, reduction, C)
