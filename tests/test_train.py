@@ -47,7 +47,7 @@ def test_fit_is_deterministic():
 def test_nan_names_the_step():
     x, y = _problem()
     with pytest.raises(TrainingDiverged) as err:
-        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(10.0), (x, y), epochs=20, batch_size=32, show_progress=False)
+        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(1e10), (x, y), epochs=20, batch_size=32, show_progress=False)
     e = err.value
     assert e.epoch >= 1 and e.step >= 0
     assert f"epoch {e.epoch}, step {e.step}" in str(e)
