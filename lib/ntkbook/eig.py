@@ -119,7 +119,7 @@ def _orthogonalize(Q, w, passes):
 
 @functools.lru_cache(maxsize=None)
 def _make_step(reorthogonalize):
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=0)  # update the basis buffer in place
     def step(Q, j, w, beta_prev):
         q = Q[j]
         alpha = jnp.vdot(q, w)
