@@ -164,30 +164,20 @@ def entk_W(params, x1, x2=None):
     return (x1 @ x2.T) * (s1 @ s2.T) / W.shape[0]
 
 
-def _relu_ntk_W(x1, x2):
-    """Infinite-width W-only NTK: (x.x') (pi - theta) / (2 pi) (local reference)."""
-    n1 = np.linalg.norm(x1, axis=1)
-    n2 = np.linalg.norm(x2, axis=1)
-    dot = x1 @ x2.T
-    denom = np.outer(n1, n2)
-    cos = np.clip(np.divide(dot, denom, out=np.zeros_like(dot), where=denom > 0), -1.0, 1.0)
-    return dot * (np.pi - np.arccos(cos)) / (2 * np.pi)
-
-
 def ntk(x1, x2=None):
-    """Analytic infinite-width NTK (W trained, a fixed) of the two-layer ReLU net, float64 numpy.
+    """Analytic infinite-width NTK (W trained, a fixed) of the two-layer ReLU net, float64 numpy:
+    ``ntkbook.kernels.relu_ntk(x1, x2, trainable="W")``.
 
     For MLP-Attn pass the attention-transformed inputs (see :func:`transform`): the NTK of the
-    cascade is the ReLU NTK evaluated on them.
+    cascade is the ReLU NTK evaluated on them. ``x2=None`` gives the symmetric train-train kernel
+    with an exact diagonal.
     """
-    x1 = np.asarray(x1, dtype=np.float64)
-    x2 = x1 if x2 is None else np.asarray(x2, dtype=np.float64)
-    try:
-        from ntkbook.kernels import relu_ntk
-    except ImportError:  # the shared kernels module has not landed yet
-        return _relu_ntk_W(x1, x2)
+    from ntkbook.kernels import relu_ntk
+
     with jax.enable_x64(True):
-        return np.asarray(relu_ntk(jnp.asarray(x1), jnp.asarray(x2), trainable="W"), dtype=np.float64)
+        a = jnp.asarray(np.asarray(x1, dtype=np.float64))
+        b = None if x2 is None else jnp.asarray(np.asarray(x2, dtype=np.float64))
+        return np.asarray(relu_ntk(a, b, trainable="W"), dtype=np.float64)
 
 
 # --------------------------------------------------------------------------------------------------
