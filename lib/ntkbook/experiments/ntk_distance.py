@@ -187,6 +187,16 @@ def ntk_predictor(ztr, ytr, zte, config: Config, steps):
     return f_train, f_test, info
 
 
+def rms_distance(f1, f2) -> float:
+    """``||f1 - f2|| = sqrt(mean_x (f1(x) - f2(x))^2)`` over the evaluation points (the chapter's
+    distance; multiply by ``sqrt(#points)`` for the plain l2 norm of the difference vector)."""
+    f1 = np.asarray(f1, dtype=np.float64)
+    f2 = np.asarray(f2, dtype=np.float64)
+    if f1.shape != f2.shape:
+        raise ValueError(f"predictions have different shapes {f1.shape} and {f2.shape}")
+    return float(np.sqrt(np.mean((f1 - f2) ** 2)))
+
+
 # --------------------------------------------------------------------------------------------------
 # finite-width training
 # --------------------------------------------------------------------------------------------------
@@ -241,15 +251,15 @@ def train_point(ctr, ytr, cte, hte2, f_ntk, K_inf, config: Config, width: int, s
         ftr = np.asarray(_forward(W, None, a, z, 0.0), np.float64)
         fte = np.asarray(_forward(W, None, a, zt, h2), np.float64)
         i = len(d_test)
-        d_test.append(np.sqrt(np.mean((fte - f_te_ntk[i]) ** 2)))
-        d_train.append(np.sqrt(np.mean((ftr - f_tr_ntk[i]) ** 2)))
+        d_test.append(rms_distance(fte, f_te_ntk[i]))
+        d_train.append(rms_distance(ftr, f_tr_ntk[i]))
         kmove.append(np.linalg.norm(_entk(W, a, ctr) - K0) / np.linalg.norm(K0))
     if not np.all(np.isfinite(fte)):
         raise FloatingPointError(f"GD diverged at width {width}, seed {seed}")
     scalars = {
         "dist_test_T": float(d_test[-1]),
         "dist_train_T": float(d_train[-1]),
-        "dist_test_vs_converged": float(np.sqrt(np.mean((fte - f_te_inf) ** 2))),
+        "dist_test_vs_converged": rms_distance(fte, f_te_inf),
         "kernel_move_T": float(kmove[-1]),
         "kernel_init_dev": float(np.linalg.norm(K0 - K_inf) / np.linalg.norm(K_inf)),
     }
@@ -291,7 +301,7 @@ def adam_point(W1, a, ctr, ytr, cte, h2, f_te_inf, config: Config, seed: int, K0
     W = res.params["W"]
     fte = np.asarray(_forward(W, None, a, jnp.asarray(cte, W1.dtype), h2), np.float64)
     return {"f_test_adam": fte.astype(np.float32)}, {
-        "adam_dist_test_vs_converged": float(np.sqrt(np.mean((fte - f_te_inf) ** 2))),
+        "adam_dist_test_vs_converged": rms_distance(fte, f_te_inf),
         "adam_kernel_move": float(np.linalg.norm(_entk(W, a, ctr) - K0) / np.linalg.norm(K0)),
         "adam_final_loss": float(res.history["loss"][-1]),
     }

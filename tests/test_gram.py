@@ -1,0 +1,85 @@
+"""Gram cubing and condition numbers (Paper A)."""
+
+import numpy as np
+import pytest
+
+from ntkbook import gram as gm
+from ntkbook.models import attention as att
+
+
+def _with_singular_values(s, d, seed=0):
+    rng = np.random.default_rng(seed)
+    n = len(s)
+    U, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    V, _ = np.linalg.qr(rng.standard_normal((d, n)))
+    return (U * s) @ V.T
+
+
+def test_cubing_identity_random():
+    X = np.random.default_rng(0).standard_normal((12, 20))
+    G = gm.gram(X)
+    np.testing.assert_allclose(att.attention_gram(X), G @ G @ G, rtol=1e-10)
+    lam = gm.gram_spectrum(X)
+    np.testing.assert_allclose(gm.gram_spectrum(att.attention(X)), lam**3, rtol=1e-9)
+    np.testing.assert_allclose(gm.eigvalsh_desc(G @ G @ G), lam**3, rtol=1e-8)
+    _, _, k = gm.factor_spectrum(X)
+    _, _, k3 = gm.factor_spectrum(att.attention(X))
+    np.testing.assert_allclose(k3, k**3, rtol=1e-8)
+
+
+def test_ill_conditioned_cube_is_measurable_through_the_factor():
+    s = np.logspace(0, -3, 10)  # kappa(G) = 1e6, kappa(G^3) = 1e18 > 1/eps
+    X = _with_singular_values(s, 15)
+    _, rank, k = gm.factor_spectrum(X)
+    assert rank == 10
+    np.testing.assert_allclose(k, 1e6, rtol=1e-8)
+    _, rank3, k3 = gm.factor_spectrum(att.attention(X))
+    assert rank3 == 10
+    np.testing.assert_allclose(k3, 1e18, rtol=1e-4)
+    # eigh of the formed cube cannot resolve it: its smallest eigenvalue is rounding noise
+    naive = gm.eigvalsh_desc(att.attention_gram(X))
+    assert abs(naive[-1] - 1e-18) > 1e-17
+    # the leading-d condition number is verifiable and cubes exactly
+    for d in (2, 5):
+        kd = gm.effective_condition_number(s**2, d)
+        np.testing.assert_allclose(gm.effective_condition_number(naive, d), kd**3, rtol=1e-6)
+
+
+def test_null_space_is_excluded():
+    s = np.r_[np.logspace(0, -2, 5), np.zeros(3)]
+    X = _with_singular_values(s, 12, seed=1)
+    lam, rank, k = gm.factor_spectrum(X)
+    assert rank == 5
+    np.testing.assert_allclose(k, 1e4, rtol=1e-8)
+    G = gm.gram(X)
+    np.testing.assert_allclose(gm.condition_number(gm.eigvalsh_desc(G)), 1e4, rtol=1e-6)
+
+
+def test_effective_and_ridge_condition_numbers():
+    lam = np.array([100.0, 10.0, 1.0, 0.1])
+    assert gm.effective_condition_number(lam, 1) == 1.0
+    assert gm.effective_condition_number(lam, 3) == 100.0
+    with pytest.raises(ValueError):
+        gm.effective_condition_number(lam, 5)
+    np.testing.assert_allclose(gm.ridge_condition_number(lam, 0.0), 1000.0)
+    np.testing.assert_allclose(gm.ridge_condition_number(lam, 0.01), 101.0 / 1.1)
+    # a ridge caps kappa at about 1/ridge, cubed or not
+    assert gm.ridge_condition_number(lam**3, 1e-3) < 1001
+    assert gm.max_verifiable_d(lam, power=3, limit=1.01e6) == 3
+    assert gm.max_verifiable_d(lam, power=3, limit=1.01e3) == 2
+
+
+def test_ostrowski_interval_contains_row_normalised_kappa():
+    X = np.abs(np.random.default_rng(3).standard_normal((8, 10)))
+    A = att.attention(X)
+    _, _, k3 = gm.factor_spectrum(A)
+    _, _, kh = gm.factor_spectrum(att.normalize_rows(A))
+    lo, hi = gm.ostrowski_interval(k3, 1.0 / np.linalg.norm(A, axis=1))
+    assert lo <= kh * (1 + 1e-9) and kh <= hi * (1 + 1e-9)
+
+
+def test_widths():
+    assert gm.implied_width(1e3) == pytest.approx(1e18)
+    w1 = gm.hoeffding_width(0.1, 100)
+    assert gm.hoeffding_width(0.01, 100) == pytest.approx(100 * w1)
+    assert w1 == pytest.approx(2 * 100**2 * np.log(2 * 100**2 / 0.01) / 0.01)
