@@ -1,0 +1,235 @@
+r"""Ghost eigenvalues of the Lanczos method without re-orthogonalisation, and none with it.
+
+Two symmetric PSD operators with known spectra:
+
+``synthetic``
+    ``A = U diag(λ) U^T`` of size ``dim`` with ``U`` a random orthogonal matrix, ``n_top`` large,
+    well separated eigenvalues ``top * ratio**i`` and a bulk of ``dim - n_top`` eigenvalues uniform in
+    ``[0, bulk]``. Lanczos only sees products, so a rotated diagonal matrix is as general as any.
+``entk``
+    The matrix-free eNTK (:func:`ntkbook.entk.entk_matvec`, all parameters, float64) of the two-layer
+    ReLU network of :mod:`ntkbook.kernels` of width ``entk_width`` on ``entk_n`` MNIST training images
+    (ten digits, flattened, unit norm); its exact spectrum comes from the materialised kernel
+    (:func:`ntkbook.entk.entk`) and ``numpy.linalg.eigvalsh``.
+
+For each operator the Lanczos recurrence is run from the same random start vector twice, as the
+plain three-term recurrence and with full re-orthogonalisation (two classical Gram-Schmidt passes, as
+in :func:`ntkbook.eig.lanczos_topk`), and after every step ``s`` all Ritz values (the eigenvalues of
+the leading ``s x s`` block of ``T``) and the loss of orthogonality ``max_{i<s} |q_s . q_i|`` are
+recorded: :func:`ntkbook.eig.lanczos_topk` returns only the final Ritz pairs, so the experiment keeps
+its own short recorder of the recurrence (:func:`lanczos_record`). As a cross-check the library's
+:func:`ntkbook.eig.lanczos_topk` is run with the same number of steps in both modes, and the ghosts
+in its output are counted too.
+
+A *ghost* is a surplus copy of a converged eigenvalue: for each of the top ``n_check`` exact
+eigenvalues, the number of Ritz values within ``ghost_rtol * λ_1`` of it, minus the number of exact
+eigenvalues within that distance (its multiplicity), counted when positive (:func:`count_ghosts`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ntkbook.progress import progress
+from ntkbook.store import PointStore, Result
+
+NAME = "lanczos_ghosts"
+VERSION = "1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    dim: int = 400
+    n_top: int = 8
+    top: float = 10.0
+    ratio: float = 0.75
+    bulk: float = 1.0
+    num_steps: int = 120
+    entk_n_per_class: int = 20  # ten digits -> N = 200
+    entk_width: int = 512
+    entk_steps: int = 80
+    k: int = 5  # top-k eigenvalue error plotted against the number of products
+    n_check: int = 8  # exact eigenvalues whose ghosts are counted
+    ghost_rtol: float = 1e-6
+    seed: int = 0
+
+    @classmethod
+    def smoke(cls) -> "Config":
+        return cls(dim=200, num_steps=60, entk_n_per_class=8, entk_width=256, entk_steps=50)
+
+    @classmethod
+    def paper(cls) -> "Config":
+        return cls()
+
+
+def estimate_seconds(config: Config) -> float:
+    return 5.0 + 1e-6 * config.dim**2 * config.num_steps + 0.02 * config.entk_steps \
+        + 2e-9 * (10 * config.entk_n_per_class) ** 2 * config.entk_width * 784
+
+
+def synthetic_spectrum(config: Config) -> np.ndarray:
+    """The exact eigenvalues of the synthetic operator, descending."""
+    rng = np.random.default_rng([config.seed, 1])
+    top = config.top * config.ratio ** np.arange(config.n_top)
+    bulk = rng.uniform(0.0, config.bulk, config.dim - config.n_top)
+    return np.sort(np.concatenate([top, bulk]))[::-1]
+
+
+def synthetic_operator(config: Config):
+    """``(matvec, eigenvalues)``: the dense ``U diag(λ) U^T`` as a NumPy matvec."""
+    lam = synthetic_spectrum(config)
+    rng = np.random.default_rng([config.seed, 2])
+    U, _ = np.linalg.qr(rng.standard_normal((config.dim, config.dim)))
+    A = (U * lam) @ U.T
+    A = (A + A.T) / 2
+    return (lambda v: A @ v), lam
+
+
+def lanczos_record(matvec, q0: np.ndarray, num_steps: int, reorthogonalize: int):
+    """Run ``num_steps`` Lanczos steps from ``q0`` (NumPy, float64), recording the recurrence.
+
+    ``reorthogonalize`` is the number of full Gram-Schmidt passes per step (0: plain recurrence).
+    Returns ``(alphas (s,), betas (s,), orth (s,))`` where ``betas[j]`` couples ``q_j`` and
+    ``q_{j+1}`` and ``orth[j] = max_{i<=j} |q_{j+1} . q_i|``. Stops early (shorter arrays) if the
+    Krylov space becomes invariant (``beta`` below ``1e-12`` times the largest ``|alpha|``).
+    """
+    dim = q0.shape[0]
+    Q = np.zeros((num_steps + 1, dim))
+    Q[0] = q0 / np.linalg.norm(q0)
+    alphas, betas, orth = [], [], []
+    for j in range(num_steps):
+        w = np.asarray(matvec(Q[j]), dtype=float)
+        a = float(Q[j] @ w)
+        w = w - a * Q[j]
+        if j > 0:
+            w = w - betas[-1] * Q[j - 1]
+        for _ in range(reorthogonalize):
+            w = w - Q[: j + 1].T @ (Q[: j + 1] @ w)
+        b = float(np.linalg.norm(w))
+        alphas.append(a)
+        betas.append(b)
+        if b <= 1e-12 * max(abs(x) for x in alphas):
+            orth.append(0.0)
+            break
+        Q[j + 1] = w / b
+        orth.append(float(np.max(np.abs(Q[: j + 1] @ Q[j + 1]))))
+    return np.asarray(alphas), np.asarray(betas), np.asarray(orth)
+
+
+def ritz_history(alphas: np.ndarray, betas: np.ndarray) -> np.ndarray:
+    """``(S, S)`` array: row ``s-1`` holds the ``s`` Ritz values after ``s`` steps, descending,
+    padded with NaN."""
+    from scipy.linalg import eigvalsh_tridiagonal
+
+    S = len(alphas)
+    out = np.full((S, S), np.nan)
+    for s in range(1, S + 1):
+        out[s - 1, :s] = np.sort(eigvalsh_tridiagonal(alphas[:s], betas[: s - 1]))[::-1]
+    return out
+
+
+def count_ghosts(ritz: np.ndarray, exact: np.ndarray, n_check: int, rtol: float) -> int:
+    """Surplus copies of the top ``n_check`` exact eigenvalues among the Ritz values ``ritz``."""
+    ritz = np.asarray(ritz)[np.isfinite(ritz)]
+    exact = np.sort(np.asarray(exact))[::-1]
+    tol = rtol * exact[0]
+    ghosts = 0
+    seen: list[float] = []
+    for lam in exact[:n_check]:
+        if any(abs(lam - s) <= tol for s in seen):  # a multiple eigenvalue is counted once
+            continue
+        seen.append(lam)
+        copies = int(np.sum(np.abs(ritz - lam) <= tol))
+        multiplicity = int(np.sum(np.abs(exact - lam) <= tol))
+        ghosts += max(copies - multiplicity, 0)
+    return ghosts
+
+
+def topk_error(history: np.ndarray, exact: np.ndarray, k: int) -> np.ndarray:
+    """Largest relative error ``max_{i<=k} |θ_i - λ_i| / λ_1`` of the top ``k`` Ritz values after each
+    step (NaN before step ``k``)."""
+    exact = np.sort(np.asarray(exact))[::-1]
+    err = np.max(np.abs(history[:, :k] - exact[:k]), axis=1) / exact[0]
+    return err
+
+
+def entk_operator(config: Config):
+    """``(matvec, eigenvalues, kernel_operator)`` of the eNTK operator (see the module docstring).
+    Call inside ``jax.enable_x64``."""
+    import jax
+    import jax.numpy as jnp
+
+    from ntkbook import entk, kernels
+    from ntkbook.experiments.entk_convergence import inputs
+
+    x, _ = inputs(config.entk_n_per_class, config.seed)
+    xj = jnp.asarray(x, dtype=jnp.float64)
+    params = kernels.relu_network_init(jax.random.PRNGKey(config.seed), x.shape[1], config.entk_width,
+                                       dtype=jnp.float64)
+    op = entk.entk_matvec(kernels.relu_network_apply, params, xj, reduction="class_mean")
+    dense = np.asarray(entk.entk(kernels.relu_network_apply, params, xj, reduction="class_mean"))
+    exact = np.sort(np.linalg.eigvalsh((dense + dense.T) / 2))[::-1]
+    return (lambda v: np.asarray(op(jnp.asarray(v)))), exact, op
+
+
+def _study(name, matvec, exact, dim, steps, config, library_matvec):
+    from ntkbook import eig
+
+    rng = np.random.default_rng([config.seed, 3])
+    q0 = rng.standard_normal(dim)
+    arrays, scalars = {f"{name}_exact": exact}, {}
+    for label, reo in (("plain", 0), ("reorth", 2)):
+        a, b, orth = lanczos_record(matvec, q0, steps, reo)
+        hist = ritz_history(a, b)
+        arrays[f"{name}_{label}_ritz"] = hist
+        arrays[f"{name}_{label}_orth"] = orth
+        arrays[f"{name}_{label}_topk_error"] = topk_error(hist, exact, config.k)
+        scalars[f"{name}_{label}_ghosts"] = count_ghosts(hist[-1], exact, config.n_check,
+                                                         config.ghost_rtol)
+        scalars[f"{name}_{label}_max_orth"] = float(np.max(orth))
+        # cross-check with the library's Lanczos (its own start vector): all Ritz values at `steps`
+        lib = eig.lanczos_topk(library_matvec, dim, len(a), num_steps=len(a), reorthogonalize=reo,
+                               seed=config.seed, dtype=np.float64)
+        lib_vals = np.asarray(lib.eigenvalues)
+        arrays[f"{name}_{label}_library_ritz"] = lib_vals
+        scalars[f"{name}_{label}_library_ghosts"] = count_ghosts(lib_vals, exact, config.n_check,
+                                                                 config.ghost_rtol)
+        scalars[f"{name}_{label}_library_topk_error"] = float(
+            np.max(np.abs(lib_vals[: config.k] - exact[: config.k])) / exact[0])
+        scalars[f"{name}_{label}_library_matvecs"] = int(lib.num_matvecs)
+    # first step at which the plain recurrence has a ghost
+    hist = arrays[f"{name}_plain_ritz"]
+    first = [s + 1 for s in range(hist.shape[0])
+             if count_ghosts(hist[s], exact, config.n_check, config.ghost_rtol) > 0]
+    scalars[f"{name}_first_ghost_step"] = int(first[0]) if first else -1
+    # steps until the top-k error of the re-orthogonalised run falls below 1e-10
+    err = arrays[f"{name}_reorth_topk_error"]
+    ok = np.flatnonzero(np.nan_to_num(err, nan=np.inf) < 1e-10)
+    scalars[f"{name}_reorth_steps_to_1e-10"] = int(ok[0] + 1) if ok.size else -1
+    scalars[f"{name}_dim"] = int(dim)
+    return arrays, scalars
+
+
+def run(config: Config, points: PointStore | None = None) -> Result:
+    import jax
+
+    points = points or PointStore(None)
+    arrays, scalars = {}, {}
+    with jax.enable_x64(True):
+        import jax.numpy as jnp
+
+        for name in progress(("synthetic", "entk"), desc="Lanczos studies"):
+            def compute(name=name):
+                if name == "synthetic":
+                    mv, exact = synthetic_operator(config)
+                    lib_mv = lambda v: jnp.asarray(mv(np.asarray(v)))  # noqa: E731
+                    return _study(name, mv, exact, config.dim, config.num_steps, config, lib_mv)
+                mv, exact, op = entk_operator(config)
+                return _study(name, mv, exact, exact.shape[0], config.entk_steps, config, op)
+
+            a, s = points.cached(name, compute)
+            arrays.update(a)
+            scalars.update(s)
+    return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays, scalars=scalars)
