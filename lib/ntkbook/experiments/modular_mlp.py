@@ -1,0 +1,493 @@
+"""Paper B: one-hidden-layer MLP on modular addition: grokking, eNTK cliffs, Fourier alignment.
+
+For each seed: train the mean-field x² MLP of :mod:`ntkbook.models.modular` on a random 70% of
+the ``p²`` pairs (AdamW, full batch, MSE on one-hot targets), logging accuracies and losses every
+epoch; every ``snapshot_every`` epochs compute the class-mean eNTK of all ``p²`` inputs (float64,
+:func:`ntkbook.entk.entk`, chunked), its full spectrum (:func:`ntkbook.eig.dense_topk`), its
+cliffs (:func:`ntkbook.features.find_cliffs`, after setting the constant mode aside) and the
+overlaps of the cliffs with Fourier feature spaces (:mod:`ntkbook.features`).  Each
+(seed, snapshot) is one checkpointed point, so an interrupted paper run resumes.  For the first
+seed, the top eigenvectors at initialisation, at memorisation and at the end are kept for
+pictures, and the matrix-free Lanczos path (:func:`ntkbook.entk.entk_matvec` +
+:func:`ntkbook.eig.lanczos_topk`) is checked against the dense one on the final model.
+
+Run every paper-scale variant the chapter needs (main preset, ReLU, larger p) with
+``python -m ntkbook.experiments.modular_mlp --scale paper``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import scipy.linalg
+
+from ntkbook import eig as _eig
+from ntkbook import entk as _entk
+from ntkbook import features as F
+from ntkbook.models import modular as M
+from ntkbook.progress import Progress
+from ntkbook.store import PointStore, Result
+from ntkbook.train import fit
+
+NAME = "modular_mlp"
+VERSION = "1"
+
+#: (first cliff, second cliff) feature sets whose overlaps are recorded
+CLIFF1_FEATURES = ("a", "b", "a+b axes")
+CLIFF2_FEATURES = ("sum", "diff", "2a", "2b", "sum+diff", "a+b axes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    p: int = 29
+    width: int = 512
+    activation: str = "square"  # "square" (paper) or "relu"
+    train_fraction: float = 0.7
+    lr: float = 0.05
+    weight_decay: float = 0.01
+    epochs: int = 500
+    snapshot_every: int = 10
+    seeds: tuple[int, ...] = (0, 1, 2)
+    kernel: str = "engine"  # "engine" (ntkbook.entk) or "closed_form" (the model's formula)
+    n_eigvecs: int = 120  # eigenvectors kept (first seed, three snapshots) for pictures
+    crosscheck: bool = True  # engine vs closed form, Lanczos vs dense, on the final model of seed 0
+    crosscheck_k: int = 0  # eigenpairs compared; 0: both theory windows + constant mode + 8
+
+    @classmethod
+    def smoke(cls) -> "Config":
+        # p = 23 is the smallest prime at which this model groks within 200 epochs at width 128
+        # (p = 13, 17, 19 memorise but stay below 90% test accuracy); the kernels use the closed
+        # form, the engine is exercised by the cross-check (first cliff only, to save time).
+        p = 23
+        return cls(p=p, width=128, epochs=200, snapshot_every=20, seeds=(0, 1), n_eigvecs=60,
+                   kernel="closed_form", crosscheck_k=4 * (p // 2) + 1 + 8)
+
+    @classmethod
+    def paper(cls) -> "Config":
+        # The 153 snapshot kernels use the closed form (exact; ~0.1 s each on a CPU, against
+        # ~3 min each for the generic engine there); the engine's dense and matrix-free kernels
+        # are checked against it on the final model (``crosscheck``) and in tests/test_modular.py.
+        # On a GPU, ``kernel="engine"`` runs all snapshots through the engine in a few minutes.
+        return cls(kernel="closed_form")
+
+
+def variants(scale: str) -> dict[str, dict[str, Any]]:
+    """Overrides of the beyond-the-paper runs (label -> ``load_or_run`` keyword arguments).
+
+    At paper scale: ReLU instead of x² at p = 29, and x² at p = 59, one seed, an eNTK every 50
+    epochs.  At smoke scale the same two questions on the smoke model (p = 23, width 128), the
+    larger prime being 29 instead of 59 (the p = 59 spectrum alone takes ~20 s per snapshot on a CPU).
+    """
+    if scale == "paper":
+        common = dict(seeds=(0,), snapshot_every=50, crosscheck=False)
+        return {"relu": dict(activation="relu", **common), "p59": dict(p=59, **common)}
+    return {"relu": dict(activation="relu", **common), "p59": dict(p=29, **common)}
+
+
+# --------------------------------------------------------------------------------------------------
+# cost model
+# --------------------------------------------------------------------------------------------------
+def _num_params(config: Config) -> int:
+    return config.width * 2 * config.p + config.p * config.width
+
+
+def estimate_seconds(config: Config) -> float:
+    """Rough time on 2 shared CPU cores (measured: ~170 s per p = 29 eNTK with the engine)."""
+    n, c, p_ = config.p**2, config.p, _num_params(config)
+    snaps = config.epochs // config.snapshot_every + 1
+    if config.kernel == "engine":
+        per_kernel = 0.5 * n * n * c * p_ * 2 / 5e9 + n * c * p_ * 2 / 1e9
+    else:
+        per_kernel = n * n * config.width * 6 / 5e9
+    per_eig = (n / 841) ** 3 * 1.2 + 0.05
+    train = config.epochs * n * config.width * config.p * 12 / 5e9 + 3.0
+    total = len(config.seeds) * (snaps * (per_kernel + per_eig) + train)
+    if config.crosscheck:  # one engine kernel and ~2k Lanczos products (~1 s each at p = 29)
+        total += 0.5 * n * n * c * p_ * 2 / 5e9 + (2 * 8 * (config.p // 2) + 12) * n * c * p_ * 8 / 1e10
+    return float(total)
+
+
+def _batch_size(config: Config) -> int:
+    """Examples per Jacobian chunk: a memory budget (1 GB on CPU, 24 GB on a GPU) / bytes per example."""
+    budget = 24e9 if jax.default_backend() == "gpu" else 1e9
+    per_example = config.p * _num_params(config) * 8 * 3  # float64 Jacobian, ~3 live copies
+    return int(max(1, min(config.p**2, budget // per_example)))
+
+
+# --------------------------------------------------------------------------------------------------
+# training
+# --------------------------------------------------------------------------------------------------
+def train_seed(config: Config, seed: int, snapshot_epochs: set[int]):
+    """Train one seed (float64). Returns ``(history dict, {epoch: params as numpy})``."""
+    x, labels, _, _ = M.dataset(config.p)
+    tr, te = M.split(config.p, config.train_fraction, seed)
+    y = np.eye(config.p)[labels]
+    xtr, ytr, xte, yte = (jnp.asarray(v) for v in (x[tr], y[tr], x[te], y[te]))
+    ltr, lte = jnp.asarray(labels[tr]), jnp.asarray(labels[te])
+    f = M.make_apply(config.activation)
+    batched = jax.vmap(f, in_axes=(None, 0))
+
+    def loss_fn(params, batch):
+        xb, yb = batch
+        return jnp.mean((batched(params, xb) - yb) ** 2)
+
+    @jax.jit
+    def metrics_jit(params):
+        otr, ote = batched(params, xtr), batched(params, xte)
+        return jnp.stack([
+            jnp.mean(jnp.argmax(otr, -1) == ltr), jnp.mean(jnp.argmax(ote, -1) == lte),
+            jnp.mean((otr - ytr) ** 2), jnp.mean((ote - yte) ** 2),
+        ])
+
+    def metrics(params):
+        v = np.asarray(metrics_jit(params))
+        return {"train_acc": v[0], "test_acc": v[1], "train_loss": v[2], "test_loss": v[3]}
+
+    snaps: dict[int, dict[str, np.ndarray]] = {}
+
+    def callback(epoch, params):
+        if epoch in snapshot_epochs:
+            snaps[epoch] = {k: np.asarray(v) for k, v in params.items()}
+
+    params = M.init(jax.random.PRNGKey(seed), config.p, config.width, dtype=jnp.float64)
+    opt = optax.adamw(config.lr, weight_decay=config.weight_decay)
+    res = fit(loss_fn, params, opt, (xtr, ytr), epochs=config.epochs, seed=seed, metrics=metrics,
+              log_every=1, callback=callback, show_progress=False)
+    hist = {k: np.asarray(res.history[k], dtype=np.float64)
+            for k in ("epoch", "train_acc", "test_acc", "train_loss", "test_loss")}
+    return hist, snaps
+
+
+def first_crossing(epochs: np.ndarray, values: np.ndarray, level: float) -> float:
+    """First epoch at which ``values >= level`` (NaN if never)."""
+    hit = np.flatnonzero(np.asarray(values) >= level)
+    return float(epochs[hit[0]]) if hit.size else float("nan")
+
+
+# --------------------------------------------------------------------------------------------------
+# kernel analysis
+# --------------------------------------------------------------------------------------------------
+def feature_bases(p: int) -> dict[str, np.ndarray]:
+    """Orthonormal (centred) bases of the feature spaces compared with the cliffs."""
+    return {
+        "a": F.fourier_basis(p, "a"),
+        "b": F.fourier_basis(p, "b"),
+        "a+b axes": F.fourier_basis(p, ("a", "b")),
+        "sum": F.fourier_basis(p, "sum"),
+        "diff": F.fourier_basis(p, "diff"),
+        "2a": F.fourier_basis(p, "2a"),
+        "2b": F.fourier_basis(p, "2b"),
+        "sum+diff": F.fourier_basis(p, ("sum", "diff")),
+    }
+
+
+def class_mean_kernel(config: Config, params) -> np.ndarray:
+    """Class-mean eNTK ``(p², p²)`` of all inputs, float64."""
+    x, _, _, _ = M.dataset(config.p)
+    if config.kernel == "closed_form":
+        return M.class_mean_entk_closed_form(params, x, config.activation)
+    if config.kernel != "engine":
+        raise ValueError(f"kernel must be 'engine' or 'closed_form', got {config.kernel!r}")
+    p64 = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
+    k = _entk.entk(M.make_apply(config.activation), p64, jnp.asarray(x, dtype=jnp.float64),
+                   reduction="class_mean", batch_size=_batch_size(config))
+    return np.asarray(k, dtype=np.float64)
+
+
+def analyse_kernel(K: np.ndarray, p: int, bases: dict[str, np.ndarray] | None = None,
+                   n_cliffs: int = 2):
+    """Spectrum, constant mode, cliffs and Fourier overlaps of a kernel on the ``p²`` grid.
+
+    Rule: the eigenvector with the largest weight on the constant vector is the *constant mode*
+    when that weight exceeds 1/2; it is set aside, and :func:`ntkbook.features.find_cliffs`
+    (defaults: significant drops are at least 10x the median log-drop, blocks of at least 2,
+    searched in the top half of the spectrum) runs on the remaining eigenvalues.  Cliff sizes
+    therefore exclude the constant mode; a cliff that is not found has size 0 and NaN overlaps.
+    Overlaps are fractions of the feature dimension.  The "windows" are the eigenvectors ranked
+    ``[0, d1)`` and ``[d1, d1 + d2)`` after the constant mode, with ``d1 = dim(a, b features) =
+    4⌊p/2⌋`` and ``d2 = dim(sum, diff features)``: what the cliffs are if the paper's picture
+    holds, defined at every snapshot even when no cliff is visible.
+
+    Returns ``(eigenvalues desc (N,), eigenvectors desc (N, N), info dict)``.
+    """
+    bases = feature_bases(p) if bases is None else bases
+    N = K.shape[0]
+    lam, vec = scipy.linalg.eigh(np.asarray(K, dtype=np.float64))
+    lam, vec = lam[::-1].copy(), vec[:, ::-1].copy()
+    const_w = (vec.sum(axis=0) / math.sqrt(N)) ** 2
+    half = N // 2
+    ci = int(np.argmax(const_w[:half]))
+    has_const = bool(const_w[ci] > 0.5)
+    keep = np.ones(N, bool)
+    if has_const:
+        keep[ci] = False
+    lam_r, vec_r = lam[keep], vec[:, keep]
+    cl = F.find_cliffs(np.clip(lam_r, np.finfo(float).tiny, None), n=n_cliffs, max_index=half)
+    ranges = cl.ranges()
+    d1 = bases["a+b axes"].shape[1]
+    d2 = bases["sum+diff"].shape[1]
+    windows = {"window1": vec_r[:, :d1], "window2": vec_r[:, d1:d1 + d2]}
+    for i in range(n_cliffs):
+        windows[f"cliff{i + 1}"] = vec_r[:, ranges[i].start:ranges[i].stop] if i < len(ranges) else None
+    overlaps = {}
+    for w, names in (("cliff1", CLIFF1_FEATURES), ("window1", CLIFF1_FEATURES),
+                     ("cliff2", CLIFF2_FEATURES), ("window2", CLIFF2_FEATURES)):
+        for name in names:
+            overlaps[f"{w}:{name}"] = (float("nan") if windows[w] is None else
+                                       F.overlap_fraction(windows[w], bases[name], orthonormalize=False))
+    pad = n_cliffs - len(cl.edges)
+    info = {
+        "constant_index": ci if has_const else -1,
+        "constant_weight": float(const_w[ci]),
+        "cliff_edges": list(cl.edges) + [0] * pad,
+        "cliff_sizes": list(cl.sizes) + [0] * pad,
+        "cliff_ratios": list(cl.ratios) + [float("nan")] * pad,
+        "overlaps": overlaps,
+    }
+    return lam, vec, info
+
+
+def crosscheck(config: Config, params, lam_used: np.ndarray, k: int) -> dict[str, Any]:
+    """The kernel paths against each other on one model.
+
+    1. Dense eNTK from the engine (:func:`ntkbook.entk.entk`, class-mean, chunked) against the
+       model's closed form (:func:`ntkbook.models.modular.class_mean_entk_closed_form`).
+    2. Top-``k`` eigenpairs of the matrix-free engine operator (:func:`ntkbook.entk.entk_matvec`)
+       by Lanczos (:func:`ntkbook.eig.lanczos_topk`) against :func:`ntkbook.eig.dense_topk` of the
+       engine's dense kernel: relative eigenvalue errors, and subspace overlaps (fraction of the
+       dimension) of the top-``e`` spaces at every cliff edge ``e``.
+    """
+    x, _, _, _ = M.dataset(config.p)
+    x = jnp.asarray(x, dtype=jnp.float64)
+    p64 = {kk: jnp.asarray(v, dtype=jnp.float64) for kk, v in params.items()}
+    f = M.make_apply(config.activation)
+    N = config.p**2
+    t0 = time.perf_counter()
+    K_engine = np.asarray(_entk.entk(f, p64, x, reduction="class_mean",
+                                     batch_size=_batch_size(config)))
+    t_kernel = time.perf_counter() - t0
+    K_closed = M.class_mean_entk_closed_form(params, np.asarray(x), config.activation)
+    t0 = time.perf_counter()
+    dense = _eig.dense_topk(jnp.asarray(K_engine), k)
+    lam_d = np.asarray(dense.eigenvalues)
+    vec_d = np.asarray(dense.eigenvectors)
+    t_dense_eig = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    op = _entk.entk_matvec(f, p64, x, reduction="class_mean")
+    lz = _eig.lanczos_topk(op, N, k, seed=0)
+    lam_l = np.asarray(lz.eigenvalues)
+    vec_l = np.asarray(lz.eigenvectors)
+    t_lanczos = time.perf_counter() - t0
+    rel = np.abs(lam_l - lam_d) / np.abs(lam_d)
+    # the top-e subspace is well defined where the spectrum has a gap after e: compare the
+    # spaces at the (up to 3) cliff edges of the dense top-k spectrum, constant mode included
+    edges = F.find_cliffs(np.clip(lam_d, np.finfo(float).tiny, None), n=3, min_size=1).edges
+    sub = {str(e): F.subspace_overlap(vec_l[:, :e], vec_d[:, :e], orthonormalize=False) / e
+           for e in edges}
+    return {
+        "k": int(k),
+        "engine_vs_closed_form_max_rel": float(np.abs(K_engine - K_closed).max() / np.abs(K_closed).max()),
+        "used_vs_engine_eig_max_rel": float(np.max(np.abs(lam_used[:k] - lam_d) / np.abs(lam_d))),
+        "num_matvecs": int(lz.num_matvecs),
+        "lanczos_seconds": t_lanczos,
+        "dense_kernel_seconds": t_kernel,
+        "dense_eig_seconds": t_dense_eig,
+        "eigenvalue_max_rel_error": float(rel.max()),
+        "eigenvalue_median_rel_error": float(np.median(rel)),
+        "subspace_overlap_fraction": sub,
+        "lanczos_eigenvalues": lam_l.tolist(),
+        "dense_eigenvalues": lam_d.tolist(),
+        "lanczos_residual_max": float(np.max(np.asarray(lz.residual_norms))),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------------------------------
+def _snapshot_epochs(config: Config) -> list[int]:
+    e = list(range(0, config.epochs + 1, config.snapshot_every))
+    if e[-1] != config.epochs:
+        e.append(config.epochs)
+    return e
+
+
+def run(config: Config, points: PointStore | None = None) -> Result:
+    points = points or PointStore(None)
+    if config.activation not in M.ACTIVATIONS:
+        raise ValueError(f"unknown activation {config.activation!r}")
+    snap_epochs = _snapshot_epochs(config)
+    N = config.p**2
+    bases = feature_bases(config.p)
+    hists, spectra, infos, eigvecs, lanczos, train_seconds = [], [], [], {}, {}, []
+    with jax.enable_x64(True):
+        bar = Progress(len(config.seeds) * (len(snap_epochs) + 1), desc=f"{NAME} p={config.p} "
+                       f"{config.activation}")
+        for si, seed in enumerate(config.seeds):
+            trained: dict[str, Any] = {}
+
+            def get_training(seed=seed, trained=trained):
+                if not trained:
+                    t0 = time.perf_counter()
+                    h, s = train_seed(config, seed, set(snap_epochs))
+                    trained.update(hist=h, snaps=s, seconds=time.perf_counter() - t0)
+                return trained
+
+            def train_point(seed=seed):
+                t = get_training()
+                return t["hist"], {"seconds": t["seconds"]}
+
+            hist, hs = points.cached(f"seed={seed}/train", train_point)
+            hist = {k: np.asarray(v) for k, v in hist.items()}
+            train_seconds.append(float(hs["seconds"]))
+            hists.append(hist)
+            bar.update()
+            mem_epoch = first_crossing(hist["epoch"], hist["train_acc"], 0.99)
+            mem_snap = next((e for e in snap_epochs if np.isfinite(mem_epoch) and e >= mem_epoch),
+                            snap_epochs[-1])
+            keep_vecs = {0: "init", mem_snap: "memorisation", snap_epochs[-1]: "final"} if si == 0 else {}
+            seed_lam, seed_info = [], []
+            for epoch in snap_epochs:
+                def compute(epoch=epoch, label=keep_vecs.get(epoch)):
+                    params = get_training()["snaps"][epoch]
+                    t0 = time.perf_counter()
+                    K = class_mean_kernel(config, params)
+                    t1 = time.perf_counter()
+                    lam, vec, info = analyse_kernel(K, config.p, bases)
+                    t2 = time.perf_counter()
+                    info.update(kernel_seconds=t1 - t0, eig_seconds=t2 - t1)
+                    arrays = {"eigenvalues": lam}
+                    if label is not None:
+                        arrays["eigenvectors"] = vec[:, :config.n_eigvecs].astype(np.float32)
+                    if label == "final" and config.crosscheck:
+                        # the two cliffs plus the constant mode (or the theory windows)
+                        k = config.crosscheck_k or 2 * 4 * (config.p // 2) + 1 + 8
+                        info["crosscheck"] = crosscheck(config, params, lam, min(k, N - 1))
+                    return arrays, info
+
+                arrays, info = points.cached(f"seed={seed}/epoch={epoch}", compute)
+                seed_lam.append(arrays["eigenvalues"])
+                seed_info.append(info)
+                if "eigenvectors" in arrays:
+                    eigvecs[keep_vecs[epoch]] = (epoch, arrays["eigenvectors"])
+                if "crosscheck" in info:
+                    lanczos = info["crosscheck"]
+                bar.set_postfix(seed=seed, epoch=epoch, test_acc=float(
+                    hist["test_acc"][list(hist["epoch"]).index(epoch)]))
+                bar.update()
+            spectra.append(np.stack(seed_lam))
+            infos.append(seed_info)
+        bar.close()
+    result = _assemble(config, snap_epochs, hists, spectra, infos, eigvecs, lanczos, bases)
+    result.scalars["train_seconds"] = train_seconds
+    return result
+
+
+def _assemble(config, snap_epochs, hists, spectra, infos, eigvecs, lanczos, bases) -> Result:
+    N = config.p**2
+    S, T = len(config.seeds), len(snap_epochs)
+    arrays: dict[str, np.ndarray] = {
+        "epochs": hists[0]["epoch"],
+        "snapshot_epochs": np.asarray(snap_epochs, dtype=np.int64),
+        "eigenvalues": np.stack(spectra),  # (S, T, N)
+    }
+    for k in ("train_acc", "test_acc", "train_loss", "test_loss"):
+        arrays[k] = np.stack([h[k] for h in hists])  # (S, E+1)
+    ov_names = sorted(infos[0][0]["overlaps"])
+    # (the store writes non-finite floats as strings, "nan": read them back with float)
+    arrays["overlaps"] = np.array([[[float(inf["overlaps"][n]) for n in ov_names] for inf in row]
+                                   for row in infos])  # (S, T, n_overlaps)
+    arrays["cliff_sizes"] = np.array([[inf["cliff_sizes"] for inf in row] for row in infos])
+    arrays["cliff_ratios"] = np.array([[[float(v) for v in inf["cliff_ratios"]] for inf in row]
+                                       for row in infos])
+    arrays["constant_weight"] = np.array([[inf["constant_weight"] for inf in row] for row in infos])
+    arrays["constant_index"] = np.array([[inf["constant_index"] for inf in row] for row in infos])
+    eigvec_epochs = {}
+    for label, (epoch, v) in eigvecs.items():
+        arrays[f"eigvecs_{label}"] = v
+        eigvec_epochs[label] = int(epoch)
+
+    # grokking and memorisation per seed
+    grok = []
+    for h in hists:
+        grok.append({
+            "memorisation": first_crossing(h["epoch"], h["train_acc"], 0.99),
+            "test10": first_crossing(h["epoch"], h["test_acc"], 0.10),
+            "test90": first_crossing(h["epoch"], h["test_acc"], 0.90),
+            "final_train_acc": float(h["train_acc"][-1]),
+            "final_test_acc": float(h["test_acc"][-1]),
+        })
+
+    # dynamics: overlap of the second window / cliff with the sum features, and its derivative
+    ep = np.asarray(snap_epochs, dtype=float)
+    dyn = []
+    for s in range(S):
+        row = {}
+        for w in ("window2", "cliff2"):
+            ov = arrays["overlaps"][s, :, ov_names.index(f"{w}:sum")]
+            d = np.gradient(ov, ep) if T > 2 else np.diff(ov, prepend=ov[0])
+            if np.all(np.isnan(d)):  # the cliff was never found
+                row[w] = {"peak_epoch": float("nan"), "max_rate": float("nan")}
+            else:
+                row[w] = {"peak_epoch": float(ep[int(np.nanargmax(d))]), "max_rate": float(np.nanmax(d))}
+        dyn.append(row)
+
+    # final alignment table: mean ± std over seeds, with chance levels for the mean cliff sizes
+    final = arrays["overlaps"][:, -1, :]
+    table = {n: {"mean": float(final[:, i].mean()),
+                 "std": float(final[:, i].std(ddof=1)) if S > 1 else 0.0,
+                 "per_seed": final[:, i].tolist()} for i, n in enumerate(ov_names)}
+    d1 = bases["a+b axes"].shape[1]
+    d2 = bases["sum+diff"].shape[1]
+    sizes_final = arrays["cliff_sizes"][:, -1, :]
+    chance = {}
+    for w, k in (("cliff1", float(sizes_final[:, 0].mean())), ("cliff2", float(sizes_final[:, 1].mean())),
+                 ("window1", float(d1)), ("window2", float(d2))):
+        # chance level of an overlap fraction for a k-dim random subspace: k/N (± std/d)
+        for name in (CLIFF1_FEATURES if w.endswith("1") else CLIFF2_FEATURES):
+            d = bases[name].shape[1]
+            r = F.random_subspace_overlap(N, int(round(k)), d)
+            chance[f"{w}:{name}"] = {"mean": r.mean / d, "std": r.std / d}
+    kernel_seconds = [inf.get("kernel_seconds", float("nan")) for row in infos for inf in row]
+    eig_seconds = [inf.get("eig_seconds", float("nan")) for row in infos for inf in row]
+    scalars = {
+        "overlap_names": ov_names,
+        "first_cliff_theory": 4 * (config.p // 2),
+        "feature_dims": {k: int(v.shape[1]) for k, v in bases.items()},
+        "grokking": grok,
+        "dynamics": dyn,
+        "alignment_final": table,
+        "chance": chance,
+        "eigvec_epochs": eigvec_epochs,
+        "crosscheck": lanczos,
+        "kernel_seconds_median": float(np.nanmedian(kernel_seconds)),
+        "eig_seconds_median": float(np.nanmedian(eig_seconds)),
+    }
+    return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays, scalars=scalars)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from ntkbook.experiments import load_or_run
+
+    ap = argparse.ArgumentParser(description="run every variant of modular_mlp the chapter needs")
+    ap.add_argument("--scale", choices=("smoke", "paper"), default="paper")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    load_or_run(NAME, args.scale)
+    for label, over in variants(args.scale).items():
+        print(f"variant {label}: {over}", flush=True)
+        load_or_run(NAME, args.scale, **over)
+    print(f"all {NAME} variants done in {time.perf_counter() - t0:.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
