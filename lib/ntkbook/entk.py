@@ -235,7 +235,7 @@ def _check_reduction(reduction: str, class_index, C: int, allowed=REDUCTIONS):
 # --------------------------------------------------------------------------------------------------
 # materialised kernels
 # --------------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def _make_block_fns(f, treedef, n_leaves, sel_idx, groups, reduction, class_index, C):
     """Jitted functions computing, for chunks of inputs, the kernel of each group of leaves.
 

@@ -1,0 +1,330 @@
+"""Benchmark of ntkbook.entk and ntkbook.eig (a script, not a test).
+
+    .venv/bin/python benchmarks/bench_entk.py [--quick] [--max-dense N] [--sizes 1000,10000,...]
+
+Measures, in one run and float64:
+1. time of one matrix-free eNTK product / time of one forward pass over the same inputs, for the
+   modular-addition MLP (p = 29) and a one-layer transformer (p = 29, 3 tokens);
+2. Lanczos top-25 versus dense eigh, time and memory, on random low-rank + noise PSD operators
+   given as matvecs, N*C from 10^3 to 10^5 (dense only while it fits);
+3. own Lanczos versus matfree's (accuracy, products, time);
+4. a layer-filtered product on an 8-layer MLP (filter = last layer), reusing the linearised forward
+   pass versus recomputing it in each product.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import resource
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ntkbook.eig import dense_topk, lanczos_topk  # noqa: E402
+from ntkbook.entk import entk, entk_matvec  # noqa: E402
+
+
+def timeit(fn, *, repeat=7, warmup=2):
+    """Minimum wall time of fn() over `repeat` runs (fn must block until its result is ready).
+
+    The minimum, not the median: the CPUs are shared, and interruptions only ever add time."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.min(ts))
+
+
+def timeit_interleaved(fns, *, repeat=15, warmup=2):
+    """Minimum wall time of each of several functions, timed in alternation so that all of them see
+    the same load on the shared CPUs (ratios between them are then meaningful)."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    ts = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            ts[i].append(time.perf_counter() - t)
+    return [float(np.min(t)) for t in ts]
+
+
+def block(x):
+    return jax.block_until_ready(x)
+
+
+def rss_mib():
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / 1024 if platform.system() != "Darwin" else r / 2**20
+
+
+# --------------------------------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------------------------------
+P = 29
+
+
+def modular_inputs(p=P):
+    a, b = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
+    a, b = a.reshape(-1), b.reshape(-1)
+    onehot = np.concatenate([np.eye(p)[a], np.eye(p)[b]], axis=1)  # (p^2, 2p)
+    tokens = np.stack([a, b, np.full_like(a, p)], axis=1)  # a, b, '='
+    return jnp.asarray(onehot), jnp.asarray(tokens)
+
+
+def mlp_init(key, p=P, width=512):
+    k1, k2 = jax.random.split(key)
+    return {"W1": jax.random.normal(k1, (width, 2 * p)), "W2": jax.random.normal(k2, (p, width))}
+
+
+def mlp(params, x):
+    """out = W2 (W1 x / sqrt(2p))^2 / width, x = one-hot(a) + one-hot(b) concatenated."""
+    W1, W2 = params["W1"], params["W2"]
+    h = W1 @ x / jnp.sqrt(x.shape[0])
+    return W2 @ h**2 / W1.shape[0]
+
+
+def transformer_init(key, p=P, d=64, d_mlp=256, heads=4, n_ctx=3):
+    ks = jax.random.split(key, 9)
+    dh = d // heads
+    n = lambda k, s, fan: jax.random.normal(k, s) / np.sqrt(fan)  # noqa: E731
+    return {
+        "embed": n(ks[0], (p + 1, d), 1),
+        "pos": n(ks[1], (n_ctx, d), 1),
+        "attn": {"q": n(ks[2], (heads, d, dh), d), "k": n(ks[3], (heads, d, dh), d),
+                 "v": n(ks[4], (heads, d, dh), d), "o": n(ks[5], (heads, dh, d), d)},
+        "mlp": {"w_in": n(ks[6], (d, d_mlp), d), "w_out": n(ks[7], (d_mlp, d), d_mlp)},
+        "unembed": n(ks[8], (d, p), d),
+    }
+
+
+def transformer(params, tokens):
+    """One-layer transformer (no layer norm), causal attention, logits at the last position."""
+    x = params["embed"][tokens] + params["pos"]  # (T, d)
+    a = params["attn"]
+    q = jnp.einsum("td,hde->hte", x, a["q"])
+    k = jnp.einsum("td,hde->hte", x, a["k"])
+    v = jnp.einsum("td,hde->hte", x, a["v"])
+    T = tokens.shape[0]
+    s = jnp.einsum("hte,hse->hts", q, k) / np.sqrt(q.shape[-1])
+    s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), s, -1e30)
+    z = jnp.einsum("hts,hse->hte", jax.nn.softmax(s, axis=-1), v)
+    x = x + jnp.einsum("hte,hed->td", z, a["o"])
+    x = x + jax.nn.relu(x @ params["mlp"]["w_in"]) @ params["mlp"]["w_out"]
+    return x[-1] @ params["unembed"]
+
+
+def deep_mlp_init(key, d=64, width=256, depth=8, c=10):
+    sizes = [d] + [width] * (depth - 1) + [c]
+    ks = jax.random.split(key, depth)
+    return {f"layer{i}": {"w": jax.random.normal(ks[i], (sizes[i], sizes[i + 1])) / np.sqrt(sizes[i]),
+                          "b": jnp.zeros(sizes[i + 1])} for i in range(depth)}
+
+
+def deep_mlp(params, x):
+    n = len(params)
+    for i in range(n):
+        x = x @ params[f"layer{i}"]["w"] + params[f"layer{i}"]["b"]
+        if i < n - 1:
+            x = jnp.tanh(x)
+    return x
+
+
+# --------------------------------------------------------------------------------------------------
+def bench_matvec_ratio(quick):
+    print("\n## 1. matrix-free product / forward pass (all p^2 = 841 inputs, float64)\n")
+    onehot, tokens = modular_inputs()
+    key = jax.random.PRNGKey(0)
+    cases = [("modular MLP (p=29, width 512, x^2)", mlp, mlp_init(key), onehot),
+             ("1-layer transformer (d 64, mlp 256, 4 heads)", transformer, transformer_init(key), tokens)]
+    print("| model | params | forward (ms) | gradient / forward | flat K v (ms) | ratio | "
+          "class_mean K v (ms) | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    out = {}
+    for name, f, params, x in cases:
+        fwd = jax.jit(jax.vmap(f, in_axes=(None, 0)))
+        grad = jax.jit(jax.grad(lambda p: jnp.sum(jax.vmap(f, in_axes=(None, 0))(p, x))))
+        ops = {red: entk_matvec(f, params, x, reduction=red) for red in ("flat", "class_mean")}
+        vs = {red: jnp.asarray(np.random.default_rng(0).standard_normal(op.dim))
+              for red, op in ops.items()}
+        t_f, t_g, t_flat = timeit_interleaved(
+            [lambda: block(fwd(params, x)), lambda: block(grad(params)),
+             lambda: block(ops["flat"](vs["flat"]))], repeat=21)
+        t_f2, t_cm = timeit_interleaved(
+            [lambda: block(fwd(params, x)), lambda: block(ops["class_mean"](vs["class_mean"]))],
+            repeat=5)
+        row = [name, sum(v.size for v in jax.tree_util.tree_leaves(params)), f"{t_f * 1e3:.3f}",
+               f"{t_g / t_f:.2f}", f"{t_flat * 1e3:.3f}", f"{t_flat / t_f:.2f}",
+               f"{t_cm * 1e3:.1f}", f"{t_cm / t_f2:.1f}"]
+        out[(name, "flat")] = t_flat / t_f
+        print("| " + " | ".join(map(str, row)) + " |")
+    print("\nratio target for the flat product: at most 4 ('gradient / forward' is one reverse-mode")
+    print("gradient of the summed outputs, for reference: a product is one VJP plus one JVP).")
+    print("class_mean needs one VJP + JVP pair per class (vmapped over the C = 29 classes).")
+    # consistency: the flat product equals the materialised kernel on a subset
+    f, params, x = mlp, cases[0][2], onehot[:40]
+    K = entk(f, params, x, reduction="flat")
+    op = entk_matvec(f, params, x, reduction="flat")
+    v = jnp.asarray(np.random.default_rng(1).standard_normal(op.dim))
+    print(f"check on 40 inputs: max |K v - matvec(v)| / max |K v| = "
+          f"{float(jnp.abs(K @ v - op(v)).max() / jnp.abs(K @ v).max()):.1e}")
+    return out
+
+
+class LowRankPlusNoise:
+    """A = U diag(s) U^T + sigma^2 I with U (n, r) orthonormal: known spectrum, O(n r) products."""
+
+    def __init__(self, n, r=60, sigma2=0.1, seed=0):
+        rng = np.random.default_rng(seed)
+        U, _ = np.linalg.qr(rng.standard_normal((n, r)))
+        self.U = jnp.asarray(U)
+        self.s = jnp.asarray(100.0 * 0.85 ** np.arange(r))
+        self.sigma2 = sigma2
+        self.n = n
+        self.dtype = self.U.dtype
+        self._mv = jax.jit(lambda U, s, v: U @ (s * (U.T @ v)) + sigma2 * v)
+        self.top = np.sort(np.asarray(self.s) + sigma2)[::-1]
+
+    def __call__(self, v):
+        return self._mv(self.U, self.s, v)
+
+    def dense(self):
+        return (self.U * self.s) @ self.U.T + self.sigma2 * jnp.eye(self.n)
+
+
+def bench_lanczos_vs_dense(sizes, max_dense, k=25):
+    print(f"\n## 2. Lanczos top-{k} vs dense eigh (low-rank + noise PSD operator, float64)\n")
+    print("Lanczos: 2k+10 = 60 products, full reorthogonalisation (twice); symmetry check off.")
+    print("Memory: 'est.' is the size of the arrays the method must hold (dense: the n x n matrix and")
+    print("its n x n eigenvectors; Lanczos: the (steps+1) x n basis); 'rss' is the increase of the")
+    print("process's peak resident memory (ru_maxrss) during the run, 0 when the peak was not exceeded.\n")
+    print("| n = N*C | Lanczos (s) | Lanczos max rel err | Lanczos est. MiB | Lanczos rss MiB | "
+          "dense eigh (s) | dense est. MiB | dense rss MiB | dense/Lanczos time |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for n in sizes:
+        op = LowRankPlusNoise(n)
+        r0 = rss_mib()
+        lanczos_topk(op, n, k, check=False)  # warm-up / compile
+        t = time.perf_counter()
+        res = block(lanczos_topk(op, n, k, check=False))
+        t_l = time.perf_counter() - t
+        r1 = rss_mib()
+        err = float(np.max(np.abs(np.asarray(res.eigenvalues) - op.top[:k]) / op.top[:k]))
+        est_l = (2 * k + 11) * n * 8 / 2**20
+        rows.append([n, t_l, err, est_l, r1 - r0])
+    for row in rows:
+        n = row[0]
+        est_d = 2 * n * n * 8 / 2**20
+        if n <= max_dense:
+            op = LowRankPlusNoise(n)
+            r0 = rss_mib()
+            A = block(op.dense())
+            t = time.perf_counter()
+            d = block(dense_topk(A, k))
+            t_d = time.perf_counter() - t
+            r1 = rss_mib()
+            err_d = float(np.max(np.abs(np.asarray(d.eigenvalues) - op.top[:k]) / op.top[:k]))
+            del A, d
+            dense = [f"{t_d:.2f}", f"{est_d:.0f}", f"{r1 - r0:.0f}", f"{t_d / row[1]:.0f}"]
+            assert err_d < 1e-10
+        else:
+            dense = ["not run", f"{est_d:.0f}", "-", "-"]
+        print(f"| {n} | {row[1]:.3f} | {row[2]:.1e} | {row[3]:.1f} | {row[4]:.0f} | " + " | ".join(dense) + " |")
+
+
+def bench_own_vs_matfree(n=20000, k=25):
+    print(f"\n## 3. own Lanczos vs matfree.decomp.tridiag_sym (n = {n}, top-{k}, 60 products)\n")
+    from matfree import decomp
+
+    op = LowRankPlusNoise(n, seed=1)
+    steps = 2 * k + 10
+    v0 = jax.random.normal(jax.random.PRNGKey(0), (n,))
+
+    alg = decomp.tridiag_sym(steps, reortho="full", materialize=True)
+
+    @jax.jit
+    def matfree_topk(U, s, v0):
+        r = alg(lambda v: U @ (s * (U.T @ v)) + op.sigma2 * v, v0)
+        w, S = jnp.linalg.eigh(r.J_small)
+        w, S = w[::-1][:k], S[:, ::-1][:, :k]
+        return w, r.Q_tall.T @ S
+
+    def run_matfree():
+        return block(matfree_topk(op.U, op.s, v0))
+
+    def run_own():
+        return block(lanczos_topk(op, n, k, check=False))
+
+    print("| implementation | time (s) | products | max rel eigenvalue err | max true residual / lambda_1 |")
+    print("|---|---|---|---|---|")
+    for name, fn in (("ntkbook.eig.lanczos_topk (reorth x2)", run_own),
+                     ("matfree tridiag_sym(reortho='full')", run_matfree)):
+        t = timeit(fn, repeat=3, warmup=1)
+        out = fn()
+        w, V = (out.eigenvalues, out.eigenvectors) if hasattr(out, "eigenvalues") else out
+        err = float(np.max(np.abs(np.asarray(w) - op.top[:k]) / op.top[:k]))
+        res = float(jnp.max(jnp.linalg.norm(jax.vmap(op, in_axes=1, out_axes=1)(V) - V * w, axis=0)) / op.top[0])
+        print(f"| {name} | {t:.3f} | {steps} | {err:.1e} | {res:.1e} |")
+
+    # breakdown: an operator of rank 3 with k = 5
+    B = jnp.asarray(np.random.default_rng(0).standard_normal((200, 3)))
+    alg5 = decomp.tridiag_sym(10, reortho="full")
+    r = alg5(lambda v: B @ (B.T @ v), jnp.ones(200))
+    own = lanczos_topk(lambda v: B @ (B.T @ v), 200, 5, num_steps=10)
+    print(f"\nrank-3 operator, 10 steps: matfree T finite: {bool(jnp.all(jnp.isfinite(r.J_small)))}; "
+          f"own eigenvalues finite: {bool(jnp.all(jnp.isfinite(own.eigenvalues)))} "
+          f"({np.round(np.asarray(own.eigenvalues), 6).tolist()})")
+
+
+def bench_filtered(quick):
+    print("\n## 4. layer-filtered product on an 8-layer MLP (width 256, 1024 inputs, C = 10)\n")
+    key = jax.random.PRNGKey(0)
+    params = deep_mlp_init(key)
+    x = jax.random.normal(jax.random.PRNGKey(1), (1024, 64))
+    fwd = jax.jit(jax.vmap(deep_mlp, in_axes=(None, 0)))
+    v = jnp.asarray(np.random.default_rng(0).standard_normal(1024 * 10))
+    print("| filter | reuse forward (ms) | recompute forward (ms) | recompute / reuse | reuse / forward |")
+    print("|---|---|---|---|---|")
+    for flt in ("layer7", None):
+        op_r = entk_matvec(deep_mlp, params, x, reduction="flat", param_filter=flt)
+        op_n = entk_matvec(deep_mlp, params, x, reduction="flat", param_filter=flt, reuse_forward=False)
+        t_f, t_r, t_n = timeit_interleaved(
+            [lambda: block(fwd(params, x)), lambda: block(op_r(v)), lambda: block(op_n(v))], repeat=11)
+        t = {True: t_r, False: t_n}
+        a = entk_matvec(deep_mlp, params, x, param_filter=flt)(v)
+        b = entk_matvec(deep_mlp, params, x, param_filter=flt, reuse_forward=False)(v)
+        assert float(jnp.abs(a - b).max() / jnp.abs(a).max()) < 1e-10
+        print(f"| {flt or 'all parameters'} | {t[True] * 1e3:.3f} | {t[False] * 1e3:.3f} | "
+              f"{t[False] / t[True]:.2f} | {t[True] / t_f:.2f} |")
+    print(f"\nforward pass (last measurement): {t_f * 1e3:.3f} ms")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sizes", default="1000,3000,10000,30000,100000")
+    ap.add_argument("--max-dense", type=int, default=3000)  # dense eigh only up to this n
+    args = ap.parse_args()
+    print(f"# bench_entk: jax {jax.__version__}, backend {jax.default_backend()}, "
+          f"devices {jax.devices()}, float64")
+    t0 = time.perf_counter()
+    bench_matvec_ratio(args.quick)
+    bench_lanczos_vs_dense([int(s) for s in args.sizes.split(",")], args.max_dense)
+    bench_own_vs_matfree()
+    bench_filtered(args.quick)
+    print(f"\ntotal benchmark time: {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
