@@ -85,7 +85,7 @@ def variants(scale: str) -> dict[str, dict[str, Any]]:
     epochs (every 100 at p = 59, whose 3481 x 3481 eigendecomposition takes about a minute on a CPU).  At smoke scale the same two questions on the smoke model (p = 23, width 128), the
     larger prime being 29 instead of 59 (the p = 59 spectrum alone takes ~20 s per snapshot on a CPU).
     """
-    common = dict(seeds=(0,), snapshot_every=50, crosscheck=False)
+    common = dict(seeds=(0,), snapshot_every=50, crosscheck=False, n_eigvecs=0)
     return {"relu": dict(activation="relu", **common),
             "larger_p": dict(common, p=59 if scale == "paper" else 29,
                              snapshot_every=100 if scale == "paper" else 50)}
