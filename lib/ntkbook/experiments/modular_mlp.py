@@ -111,7 +111,7 @@ def estimate_seconds(config: Config) -> float:
     else:
         per_kernel = n * n * config.width * 6 / 5e9
     per_eig = 0.1 * (n / 841) ** 3 + 0.2  # full eigh + overlaps: ~0.3 s at p = 29, ~7 s at p = 59
-    train = config.epochs * n * config.width * config.p * 12 / 5e9 + 3.0
+    train = config.epochs * n * config.width * config.p * 12 / 5e10 + 3.0
     total = len(config.seeds) * (snaps * (per_kernel + per_eig) + train)
     if config.crosscheck:  # one engine kernel and ~2k Lanczos products (~1 s each at p = 29)
         total += 0.5 * n * n * c * p_ * 2 / 5e9 + (2 * 8 * (config.p // 2) + 12) * n * c * p_ * 8 / 2e10
