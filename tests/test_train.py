@@ -83,3 +83,55 @@ def test_progress_quiet_when_fast(capsys):
         for _ in range(5):
             bar.update()
     assert capsys.readouterr().out == ""
+
+
+def test_finite_blow_up_is_caught():
+    """A loss that explodes but stays finite (1e248 with too large a step) is a divergence too."""
+    x, y = _problem()
+    with pytest.raises(TrainingDiverged, match="more than 1e\\+04 times its initial value") as err:
+        fit(loss, {"w": jnp.zeros(4, jnp.float64)}, optax.sgd(2.0), (x, y), epochs=50, batch_size=32,
+            show_progress=False)
+    assert np.isfinite(err.value.loss) and err.value.loss > 1e4
+    # the same run with the check off goes on (and ends far from the solution)
+    res = fit(loss, {"w": jnp.zeros(4, jnp.float64)}, optax.sgd(2.0), (x, y), epochs=3, batch_size=32,
+              show_progress=False, max_loss_ratio=None)
+    assert res.history["loss"][-1] > 1e4
+
+
+def test_nonfinite_gradient_is_caught():
+    """A loss that is finite while its gradient is not (sqrt at 0) stops the run."""
+    x, y = _problem()
+
+    def sqrt_loss(p, batch):
+        return jnp.sum(jnp.sqrt(p["w"] ** 2 * 0.0)) + loss(p, batch)
+
+    with pytest.raises(TrainingDiverged, match="gradient became NaN or infinite") as err:
+        fit(sqrt_loss, {"w": jnp.zeros(4)}, optax.sgd(0.01), (x, y), epochs=2, batch_size=32, show_progress=False)
+    assert (err.value.epoch, err.value.step) == (1, 0)
+
+
+def test_keep_last_batch_and_replayed_order():
+    """drop_last=False runs ceil(N/B) steps an epoch, the last one smaller; a recorded order is
+    replayed exactly (one SGD epoch equals the same steps written out by hand)."""
+    x, y = _problem()
+    x, y = x[:100], y[:100]
+    order = np.stack([np.random.default_rng(e).permutation(100) for e in range(2)])
+    lr = 0.01
+    res = fit(loss, {"w": jnp.zeros(4)}, optax.sgd(lr), (x, y), epochs=2, batch_size=32, drop_last=False,
+              batch_order=order, show_progress=False)
+    w = np.zeros(4)
+    for e in range(2):
+        for start in range(0, 100, 32):  # batches of 32, 32, 32, 4
+            idx = order[e, start:start + 32]
+            xb, yb = x[idx], y[idx]
+            w = w - lr * 2 * xb.T @ (xb @ w - yb) / len(idx)
+    np.testing.assert_allclose(res.params["w"], w, rtol=1e-5)
+    dropped = fit(loss, {"w": jnp.zeros(4)}, optax.sgd(lr), (x, y), epochs=2, batch_size=32,
+                  batch_order=order, show_progress=False)
+    assert not np.allclose(dropped.params["w"], w, rtol=1e-5)
+    with pytest.raises(ValueError, match="permutation"):
+        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(lr), (x, y), epochs=2, batch_size=32,
+            batch_order=np.zeros((2, 100), int), show_progress=False)
+    with pytest.raises(ValueError, match="shape"):
+        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(lr), (x, y), epochs=3, batch_size=32,
+            batch_order=order, show_progress=False)

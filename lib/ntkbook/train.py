@@ -2,9 +2,10 @@
 
 ``fit`` runs epochs of (shuffled) mini-batches, each epoch one compiled ``lax.scan`` over its
 steps; it logs the mean loss per epoch and any metrics you ask for, reports progress
-(:mod:`ntkbook.progress`), is deterministic given ``seed``, and raises
-:class:`TrainingDiverged` naming the epoch and step at which the loss first became NaN or
-infinite.
+(:mod:`ntkbook.progress`), is deterministic given ``seed`` (or replays a recorded batch order), and raises
+:class:`TrainingDiverged` naming the epoch and step at which the run blew up: the loss or the
+gradient became NaN or infinite, or the loss rose far above its starting value (a finite
+blow-up, e.g. a loss of 1e248 with too large a learning rate, is caught too).
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ Batch = tuple[jax.Array, ...]
 
 
 class TrainingDiverged(FloatingPointError):
-    """The loss became NaN or infinite; the message names the epoch and the step."""
+    """Training blew up; the message names the epoch, the step, the value and what happened."""
 
-    def __init__(self, epoch: int, step: int, loss: float):
+    def __init__(self, epoch: int, step: int, loss: float, reason: str | None = None):
         self.epoch, self.step, self.loss = epoch, step, loss
+        self.reason = reason or f"the training loss became {loss}"
         super().__init__(
-            f"the training loss became {loss} at epoch {epoch}, step {step} (global step "
-            f"counted from 0 over all epochs). Lower the learning rate, check the inputs for "
-            f"NaN/inf, or check the loss function."
+            f"{self.reason} at epoch {epoch}, step {step} (global step counted from 0 over all "
+            f"epochs). Lower the learning rate, check the inputs for NaN/inf, or check the loss "
+            f"function."
         )
 
 
@@ -54,6 +56,26 @@ def _check_data(data: Batch) -> int:
     return sizes.pop()
 
 
+def _check_epoch(epoch: int, steps: int, losses: np.ndarray, grad_ok: np.ndarray,
+                 limit: float | None, loss0: float) -> None:
+    """Raise :class:`TrainingDiverged` at the first bad step of an epoch, if any."""
+    bad_loss = ~np.isfinite(losses)
+    too_big = np.zeros_like(bad_loss) if limit is None else np.isfinite(losses) & (losses > limit)
+    bad = bad_loss | ~grad_ok | too_big
+    if not bad.any():
+        return
+    i = int(np.flatnonzero(bad)[0])
+    value = float(losses[i])
+    if bad_loss[i]:
+        reason = f"the training loss became {value}"
+    elif not grad_ok[i]:
+        reason = f"the gradient became NaN or infinite (loss {value:.4g})"
+    else:
+        reason = (f"the training loss reached {value:.4g}, more than {limit / (abs(loss0) + 1.0):.3g} times "
+                  f"its initial value {loss0:.4g} (plus one)")
+    raise TrainingDiverged(epoch, (epoch - 1) * steps + i, value, reason)
+
+
 def fit(
     loss_fn: Callable[[Params, Batch], jax.Array],
     params: Params,
@@ -68,6 +90,9 @@ def fit(
     callback: Callable[[int, Params], None] | None = None,
     desc: str = "training",
     show_progress: bool = True,
+    drop_last: bool = True,
+    batch_order: np.ndarray | None = None,
+    max_loss_ratio: float | None = 1e4,
 ) -> TrainResult:
     """Train ``params`` to minimise ``loss_fn(params, batch)``.
 
@@ -78,14 +103,26 @@ def fit(
       optimizer: an optax transformation (e.g. ``optax.adam(1e-3)``).
       data: tuple of arrays sharing a leading axis of size N.
       epochs: number of passes over the data.
-      batch_size: mini-batch size; ``None`` means full batch. The last incomplete batch of an
-        epoch is dropped, as in most JAX loops (N // batch_size steps per epoch).
+      batch_size: mini-batch size; ``None`` means full batch.
       seed: seeds the shuffling; the run is deterministic given it.
+      drop_last: if True (the default, as in most JAX loops) the last incomplete batch of an
+        epoch is dropped (N // batch_size steps per epoch); if False it is kept as a smaller
+        final step (ceil(N / batch_size) steps), as PyTorch's ``DataLoader`` does by default.
+      batch_order: optional ``(epochs, N)`` integer array; row ``e - 1`` is the order of the
+        examples in epoch ``e`` (a recorded order to replay, e.g. a PyTorch run's). Replaces the
+        seeded shuffling; each row must be a permutation of ``range(N)``.
+      max_loss_ratio: a step whose loss exceeds this multiple of the initial loss (plus one, so
+        a near-zero start does not trip it) is a divergence; ``None`` turns the check off. The
+        gradient is checked for NaN/inf at every step.
       metrics: optional ``params -> {name: float}`` evaluated every ``log_every`` epochs (and
         after epoch 0 and the last epoch), e.g. test accuracy.
       callback: optional ``(epoch, params) -> None`` called at the same epochs, e.g. to take
         eNTK snapshots. Epoch 0 means "before training".
       desc: label of the progress report.
+
+    Raises:
+      TrainingDiverged: a non-finite loss or gradient, or a loss above ``max_loss_ratio`` times
+        its start, naming the epoch, the step and the value.
 
     Returns:
       :class:`TrainResult` with ``history["epoch"]``, ``history["loss"]`` (mean training loss of
@@ -97,24 +134,37 @@ def fit(
     bs = n if batch_size is None else int(batch_size)
     if not 1 <= bs <= n:
         raise ValueError(f"batch_size must be between 1 and the data size {n}, got {batch_size}")
-    steps = n // bs
+    if batch_order is not None:
+        batch_order = np.asarray(batch_order)
+        if batch_order.shape != (epochs, n):
+            raise ValueError(f"batch_order must have shape (epochs, N) = ({epochs}, {n}), got {batch_order.shape}")
+        if not (np.sort(batch_order, axis=1) == np.arange(n)).all():
+            raise ValueError("each row of batch_order must be a permutation of range(N)")
+    full_steps, rest = divmod(n, bs)
+    rest = 0 if drop_last else rest
+    steps = full_steps + (1 if rest else 0)
     opt_state = optimizer.init(params)
 
     def step(carry, batch):
         p, s = carry
         loss, grads = jax.value_and_grad(loss_fn)(p, batch)
+        grad_ok = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
         updates, s = optimizer.update(grads, s, p)
-        return (optax.apply_updates(p, updates), s), loss
+        return (optax.apply_updates(p, updates), s), (loss, grad_ok)
 
     @jax.jit
-    def run_epoch(p, s, key):
+    def run_epoch(p, s, perm):
         if bs == n:
             batches = tuple(a[None] for a in data)
         else:
-            perm = jax.random.permutation(key, n)[: steps * bs]
-            batches = tuple(a[perm].reshape((steps, bs) + a.shape[1:]) for a in data)
-        (p, s), losses = jax.lax.scan(step, (p, s), batches)
-        return p, s, losses
+            batches = tuple(a[perm[: full_steps * bs]].reshape((full_steps, bs) + a.shape[1:]) for a in data)
+        (p, s), (losses, ok) = jax.lax.scan(step, (p, s), batches)
+        if rest:
+            last = tuple(a[perm[full_steps * bs:]] for a in data)
+            (p, s), (l_last, ok_last) = step((p, s), last)
+            losses = jnp.concatenate([losses, l_last[None]])
+            ok = jnp.concatenate([ok, ok_last[None]])
+        return p, s, losses, ok
 
     full_loss = jax.jit(loss_fn)
     history: dict[str, list[float]] = {"epoch": [], "loss": []}
@@ -132,16 +182,19 @@ def fit(
     loss0 = float(full_loss(params, data))
     if not np.isfinite(loss0):
         raise TrainingDiverged(0, 0, loss0)
+    limit = None if max_loss_ratio is None else max_loss_ratio * (abs(loss0) + 1.0)
     log(0, loss0)
     bar = Progress(epochs, desc) if show_progress else None
     try:
         for epoch in range(1, epochs + 1):
-            key, sub = jax.random.split(key)
-            params, opt_state, losses = run_epoch(params, opt_state, sub)
-            losses = np.asarray(losses)
-            bad = np.flatnonzero(~np.isfinite(losses))
-            if bad.size:
-                raise TrainingDiverged(epoch, (epoch - 1) * steps + int(bad[0]), float(losses[bad[0]]))
+            if batch_order is not None:
+                perm = jnp.asarray(batch_order[epoch - 1])
+            else:
+                key, sub = jax.random.split(key)
+                perm = jax.random.permutation(sub, n)
+            params, opt_state, losses, grad_ok = run_epoch(params, opt_state, perm)
+            losses, grad_ok = np.asarray(losses), np.asarray(grad_ok)
+            _check_epoch(epoch, steps, losses, grad_ok, limit, loss0)
             if epoch % log_every == 0 or epoch == epochs:
                 log(epoch, float(losses.mean()))
                 if bar is not None:
