@@ -47,7 +47,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     store = experiments.store_for(args.scale, args.results)
     module = experiments.get(args.name)
     folder = store.entry_dir(args.name, module.VERSION, config)
-    if not args.recompute and store.has(args.name, module.VERSION, config):
+    if not args.recompute and store.has(args.name, module.VERSION, config, wait=not args.no_wait):
         print(f"{args.name} at {args.scale} scale is already stored in {folder} "
               f"(content hashes verified; use --recompute to redo it)")
         return 0

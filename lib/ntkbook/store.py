@@ -144,8 +144,10 @@ def config_hash(config: Any, length: int = 12) -> str:
 
 
 def _json_digest(meta: Mapping[str, Any]) -> str:
-    """sha256 of a JSON document's content, without its ``integrity`` field."""
-    body = {k: v for k, v in meta.items() if k != "integrity"}
+    """sha256 of a JSON document's content, all but the digest itself (``integrity.json_sha256``)."""
+    body = dict(meta)
+    if isinstance(body.get("integrity"), Mapping):
+        body["integrity"] = {k: v for k, v in body["integrity"].items() if k != "json_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -266,6 +268,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp's 0600 would hide results from other users
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -519,9 +522,8 @@ class Store:
                         f"{name} ({path.stem}) is being computed by {holder}; it holds {path}. "
                         f"Wait for it to finish (run without --no-wait), or stop that process."
                     ) from None
-                if not shared:
-                    print(f"waiting for {holder} to finish computing {name} ({path.stem}) ...",
-                          file=sys.stderr, flush=True)
+                print(f"waiting for {holder} to finish computing {name} ({path.stem}) ...",
+                      file=sys.stderr, flush=True)
                 fcntl.flock(fd, mode)
             if not shared:
                 who = (f"pid {os.getpid()} on {platform.node()} since "
@@ -581,9 +583,11 @@ class Store:
             )
         return meta, arrays
 
-    def has(self, name: str, version: str, config: Any) -> bool:
-        """Whether the entry is stored. A stored entry that fails its checks raises StoreError."""
-        with self.lock(name, version, config, shared=True):
+    def has(self, name: str, version: str, config: Any, *, wait: bool = True) -> bool:
+        """Whether the entry is stored. A stored entry that fails its checks raises StoreError.
+
+        While another process computes the entry, waits for it (or refuses, ``wait=False``)."""
+        with self.lock(name, version, config, shared=True, wait=wait):
             return self._verified(name, version, config) is not None
 
     def load(self, name: str, version: str, config: Any) -> Result:
@@ -700,8 +704,8 @@ class Store:
             "scalars": _to_jsonable(result.scalars),
             "provenance": _to_jsonable(result.provenance),
         }
-        meta["integrity"] = {"algorithm": "sha256", "npz_sha256": _sha256(data),
-                             "json_sha256": _json_digest(meta), "hashed": "at save"}
+        meta["integrity"] = {"algorithm": "sha256", "npz_sha256": _sha256(data), "hashed": "at save"}
+        meta["integrity"]["json_sha256"] = _json_digest(meta)
         # npz first, json last: the json carries the npz hash.
         _write_or_explain(folder / "result.npz", data, what)
         _write_or_explain(folder / "result.json", json.dumps(meta, indent=1).encode(), what)
@@ -789,9 +793,9 @@ class Store:
                 meta.pop("integrity", None)
                 meta["integrity"] = {
                     "algorithm": "sha256", "npz_sha256": _sha256(data),
-                    "json_sha256": _json_digest(meta),
                     "hashed": f"after the fact on {now} (the content before that is not covered)",
                 }
+                meta["integrity"]["json_sha256"] = _json_digest(meta)
                 if not dry_run:
                     _write_or_explain(js, json.dumps(meta, indent=1).encode(), "Not rehashed.")
                 lines.append(f"{folder}: hashed ({n} non-finite strings migrated)"
