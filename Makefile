@@ -2,7 +2,10 @@
 #   make book   builds the whole book (paper scale; SCALE=smoke for the quick version)
 #   make test   runs every test (unit tests, every chapter at smoke scale, the book build with
 #               warnings as errors, and the headless-Chromium check of the HTML)
-# Each creates .venv with Python 3.12 and installs what it needs.
+# Each creates .venv with Python 3.12 and installs what it needs. For one chapter:
+#   make chapter CH=modular_mlp [SCALE=smoke]   executes that chapter only and renders the book,
+#               reusing the other chapters' notebooks from the last build at that scale
+#   make lab CH=modular_mlp                     opens the chapter as a notebook in JupyterLab
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -21,12 +24,14 @@ ifeq ($(origin NTKBOOK_DATA), undefined)
   endif
 endif
 
-.PHONY: help setup book test browser clean
+.PHONY: help setup book chapter lab test browser clean
 
 help:
-	@echo "make book   build the book into _build/\$$SCALE/html (SCALE=paper by default, SCALE=smoke for CI size)"
-	@echo "make test   run all tests (unit, chapters at smoke scale, book build, browser check)"
-	@echo "make clean  remove build outputs"
+	@echo "make book              build the book into _build/\$$SCALE/html (SCALE=paper by default, SCALE=smoke for CI size)"
+	@echo "make chapter CH=name   execute one chapter (book/name.md) and render the book, reusing the others' last notebooks"
+	@echo "make lab CH=name       open a chapter as a notebook in JupyterLab (installs the [notebook] extra)"
+	@echo "make test              run all tests (unit, chapters at smoke scale, book build, browser check)"
+	@echo "make clean             remove build outputs"
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: Python 3.12 not found; install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -40,6 +45,22 @@ setup: $(VENV)/.installed
 book: setup
 	$(PY) -m ntkbook.bookbuild --scale $(SCALE)
 	@echo "open _build/$(SCALE)/html/index.html"
+
+chapter: setup
+	@test -n "$(CH)" || { echo "usage: make chapter CH=name [SCALE=smoke]  (name of a file in book/, e.g. modular_mlp)" >&2; exit 2; }
+	$(PY) -m ntkbook.bookbuild --scale $(SCALE) --chapter $(CH)
+	@echo "open _build/$(SCALE)/html/book/$(CH).html"
+
+# JupyterLab with jupytext; .md chapters open as notebooks (settings override in the venv).
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(VENV)/.notebook: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[book,test,notebook]"
+	mkdir -p $(dir $(LAB_SETTINGS))
+	echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' > $(LAB_SETTINGS)
+	touch $@
+
+lab: $(VENV)/.notebook
+	$(VENV)/bin/jupyter lab $(if $(CH),book/$(CH).md,book)
 
 # Debian's chromium for the browser check: installed when missing and we are root,
 # otherwise the browser tests are skipped with the reason shown.

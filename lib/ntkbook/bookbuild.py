@@ -12,15 +12,29 @@
 
 A chapter that raises fails the build with the chapter's name, the cell and the error.
 ``--execute-only book/x.md`` executes (and checks) chapters without rendering the book.
+``--chapter book/x.md`` (what ``make chapter CH=x`` runs) executes that chapter only and renders
+the whole book, reusing the other chapters' notebooks executed by the last build at this scale
+(chapters never executed at this scale are executed too).
 A summary with the status and wall time of each chapter is written to
-``_build/<scale>/chapters.json``.
+``_build/<scale>/chapters.json``; ``--record-times`` also stores the chapters' times in
+``results/chapters.json``, from which each chapter's "Run this chapter" box reads them.
+
+Progress reports printed while a chapter computes (``ntkbook.progress`` lines and the store's
+"computing ..." line) are moved out of the notebook into ``_build/<scale>/logs/<chapter>.log``,
+so a page does not open with a box of progress lines.
+
+This module is also a small Sphinx extension (listed in ``_config.yml``): it adds each chapter's
+MyST source (``book/x.md``, copied beside ``book/x.html``) to the page's download menu, next to
+the executed notebook.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +43,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 STAGED = ("_config.yml", "_toc.yml", "references.bib")
+#: folder of the staged sources holding the chapters' MyST files (html_extra_path in _config.yml)
+MYST_DIR = "_myst"
+#: per-scale execution times of the chapters, read by ntkbook.report.run_this_chapter
+TIMES_FILE = REPO / "results" / "chapters.json"
+#: lines of progress output (ntkbook.progress, the store's "computing ..." line)
+PROGRESS_LINE = re.compile(
+    r"^(computing \S+ \(config [0-9a-f]+\).*"
+    r"|.*: \d+/\d+ \(\s*\d+%\) elapsed .*"
+    r"|.*: done, \d+/\d+ in .*)$")
 # MathJax lives in _mathjax/mathjax, not _static: Jupyter Book adds every .js file under
 # _static to every page, which would load all of MathJax's bundles at once.
 MATHJAX_DIR = "_mathjax"
@@ -97,14 +120,42 @@ def execute_chapter(src: Path, dest: Path, scale: str, timeout: int | None = Non
         raw.unlink(missing_ok=True)
     elapsed = time.perf_counter() - t0
     out = nbformat.read(dest, as_version=4)
+    progress_lines: list[str] = []
     for cell in out.cells:
         if cell.cell_type == "code":
-            cell.outputs = _merge_streams(cell.get("outputs", []))
+            cell.outputs = _strip_progress(_merge_streams(cell.get("outputs", [])), progress_lines)
         tags = cell.metadata.get("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
             cell.metadata["tags"] = [*tags, "remove-cell"]
     nbformat.write(out, dest)
+    if progress_lines:
+        log_dir = _log_dir(dest)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / (src.stem + ".log")).write_text("\n".join(progress_lines) + "\n")
     return elapsed
+
+
+def _log_dir(dest: Path) -> Path:
+    """``_build/<scale>/logs`` for a notebook ``_build/<scale>/src/book/x.ipynb``."""
+    for parent in dest.parents:
+        if parent.name == "src":
+            return parent.parent / "logs"
+    return dest.parent / "logs"
+
+
+def _strip_progress(outputs: list, removed: list[str]) -> list:
+    """Move progress lines out of stdout stream outputs (into ``removed``); drop emptied outputs."""
+    kept = []
+    for o in outputs:
+        if o.get("output_type") == "stream" and o.get("name") == "stdout":
+            lines = o["text"].splitlines(keepends=True)
+            keep = [ln for ln in lines if not PROGRESS_LINE.match(ln.rstrip("\n"))]
+            removed.extend(ln.rstrip("\n") for ln in lines if PROGRESS_LINE.match(ln.rstrip("\n")))
+            if not keep:
+                continue
+            o["text"] = "".join(keep)
+        kept.append(o)
+    return kept
 
 
 def _merge_streams(outputs: list) -> list:
@@ -142,25 +193,94 @@ def ensure_mathjax(repo: Path = REPO) -> Path:
     return target
 
 
+def _repository_url(repo: Path = REPO) -> str | None:
+    """The repository URL for the book's link: ``$NTKBOOK_REPOSITORY_URL``, else the checkout's
+    ``origin`` remote as an https URL, else None (``_config.yml`` keeps its own)."""
+    url = os.environ.get("NTKBOOK_REPOSITORY_URL")
+    if not url:
+        try:
+            url = subprocess.run(["git", "remote", "get-url", "origin"], cwd=repo, capture_output=True,
+                                 text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            url = ""
+    if not url:
+        return None
+    m = re.match(r"^git@([^:]+):(.+?)(\.git)?$", url)
+    if m:
+        url = f"https://{m.group(1)}/{m.group(2)}"
+    return url.removesuffix(".git") if url.startswith("https://") else None
+
+
+def stage(src_dir: Path, repo: Path = REPO) -> None:
+    """Copy the configuration, bibliography, static files, MathJax and the chapters' MyST sources
+    into ``src_dir`` (executed notebooks already there are kept)."""
+    import yaml
+
+    src_dir.mkdir(parents=True, exist_ok=True)
+    for name in STAGED:
+        shutil.copy2(repo / name, src_dir / name)
+    url = _repository_url(repo)
+    if url:
+        cfg = yaml.safe_load((repo / "_config.yml").read_text())
+        cfg.setdefault("repository", {})["url"] = url
+        theme = cfg.setdefault("sphinx", {}).setdefault("config", {}).setdefault("html_theme_options", {})
+        theme["repository_url"] = url
+        (src_dir / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
+    shutil.copytree(repo / "_static", src_dir / "_static", dirs_exist_ok=True)
+    shutil.copytree(repo / MATHJAX_DIR, src_dir / MATHJAX_DIR, dirs_exist_ok=True)
+    myst = src_dir / MYST_DIR
+    if myst.exists():
+        shutil.rmtree(myst)
+    for chapter in toc_chapters(repo):
+        (myst / chapter).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / chapter, myst / chapter)
+
+
+def record_times(scale: str, summary: dict[str, dict], path: Path = TIMES_FILE) -> None:
+    """Merge the measured execution times of ``summary`` into ``results/chapters.json``."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    entry = data.setdefault(scale, {})
+    for chapter, info in summary.items():
+        if info.get("status") == "ok":
+            entry[chapter] = {"seconds": info["seconds"], "cpus": os.cpu_count(),
+                              "date": _dt.date.today().isoformat()}
+    data[scale] = dict(sorted(entry.items()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+
+
 def build(scale: str, chapters: list[str] | None = None, execute_only: bool = False,
-          out: Path | None = None) -> int:
+          out: Path | None = None, reuse_others: bool = False, times: bool = False) -> int:
+    """Execute ``chapters`` (all by default) at ``scale`` and, unless ``execute_only``, render the
+    book. With ``reuse_others`` the notebooks of the other chapters executed by the last build
+    into ``out`` are kept (those missing are executed)."""
+    t_start = time.perf_counter()
     out = out or REPO / "_build" / scale
     src_dir = out / "src"
     all_chapters = toc_chapters()
-    todo = chapters or all_chapters
+    todo = list(chapters or all_chapters)
     unknown = [c for c in todo if not (REPO / c).exists()]
     if unknown:
         print(f"error: chapter files not found: {unknown}", file=sys.stderr)
         return 2
     if not execute_only:
         ensure_mathjax()
-        if src_dir.exists():
+        if src_dir.exists() and not reuse_others:
             shutil.rmtree(src_dir)
-        src_dir.mkdir(parents=True)
-        for name in STAGED:
-            shutil.copy2(REPO / name, src_dir / name)
-        shutil.copytree(REPO / "_static", src_dir / "_static", dirs_exist_ok=True)
-        shutil.copytree(REPO / MATHJAX_DIR, src_dir / MATHJAX_DIR, dirs_exist_ok=True)
+        stage(src_dir)
+        if reuse_others:
+            missing = [c for c in all_chapters if c not in todo
+                       and not (src_dir / Path(c).with_suffix(".ipynb")).exists()]
+            if missing:
+                print(f"[{scale}] no executed notebook from an earlier build for {', '.join(missing)}: "
+                      "executing them too", flush=True)
+            todo += missing
+    previous = {}
+    summary_file = out / "chapters.json"
+    if reuse_others and summary_file.exists():
+        old = json.loads(summary_file.read_text())
+        previous = {k: {**v, "reused": True} for k, v in old.get("chapters", old).items()
+                    if k not in todo and isinstance(v, dict)}
     summary: dict[str, dict] = {}
     failed = []
     for chapter in todo:
@@ -175,7 +295,9 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
             failed.append(chapter)
             print(f"[{scale}] {exc}", file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "chapters.json").write_text(json.dumps(summary, indent=1))
+    summary_file.write_text(json.dumps({**previous, **summary}, indent=1))
+    if times:
+        record_times(scale, summary)
     if failed:
         print(f"error: {len(failed)} chapter(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -199,10 +321,45 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
         shutil.rmtree(html)
     built.rename(html)
     shutil.rmtree(out / "_build", ignore_errors=True)
-    summary_all = {"render_seconds": round(time.perf_counter() - t0, 1), "chapters": summary}
-    (out / "chapters.json").write_text(json.dumps(summary_all, indent=1))
-    print(f"[{scale}] book built: {html / 'index.html'}")
+    summary_all = {"render_seconds": round(time.perf_counter() - t0, 1),
+                   "total_seconds": round(time.perf_counter() - t_start, 1),
+                   "chapters": {**previous, **summary}}
+    summary_file.write_text(json.dumps(summary_all, indent=1))
+    print(f"[{scale}] book built in {time.perf_counter() - t_start:.0f}s: {html / 'index.html'}")
     return 0
+
+
+def _chapter_path(name: str) -> str:
+    """``modular_mlp``, ``book/modular_mlp`` or ``book/modular_mlp.md`` -> ``book/modular_mlp.md``."""
+    name = name.removesuffix(".md")
+    if not name.startswith("book/"):
+        name = f"book/{name}"
+    return f"{name}.md"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sphinx extension: the MyST source in the download menu
+# ---------------------------------------------------------------------------------------------
+def _add_myst_download(app, pagename, templatename, context, doctree):
+    buttons = context.get("header_buttons") or []
+    source = Path(app.srcdir) / MYST_DIR / f"{pagename}.md"
+    for group in buttons:
+        if group.get("label") != "download-buttons":
+            continue
+        for b in group["buttons"]:
+            if b.get("label") == "download-source-button" and str(b.get("text")) == ".ipynb":
+                b["tooltip"] = "Download the executed notebook"
+        if source.exists():
+            group["buttons"].insert(1, {
+                "type": "link", "url": context["pathto"](f"{pagename}.md", 1), "text": ".md",
+                "tooltip": "Download the MyST source (jupytext: open with `jupyter lab`)",
+                "icon": "fas fa-file-code", "label": "download-myst-button"})
+
+
+def setup(app):
+    """Sphinx entry point (``ntkbook.bookbuild`` in ``_config.yml``'s extra_extensions)."""
+    app.connect("html-page-context", _add_myst_download, priority=502)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,11 +367,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", choices=("smoke", "paper"), default=os.environ.get("SCALE", "paper"))
     parser.add_argument("--execute-only", nargs="*", metavar="CHAPTER",
                         help="only execute these chapters (all when none given); do not render")
+    parser.add_argument("--chapter", metavar="CHAPTER",
+                        help="execute this chapter only (e.g. modular_mlp) and render the book, reusing "
+                             "the other chapters' notebooks from the last build at this scale")
     parser.add_argument("--out", type=Path, help="output folder (default _build/<scale>)")
+    parser.add_argument("--record-times", action="store_true",
+                        help="store the chapters' execution times in results/chapters.json")
     args = parser.parse_args(argv)
     if args.execute_only is not None:
-        return build(args.scale, args.execute_only or None, execute_only=True, out=args.out)
-    return build(args.scale, out=args.out)
+        return build(args.scale, args.execute_only or None, execute_only=True, out=args.out,
+                     times=args.record_times)
+    if args.chapter:
+        return build(args.scale, [_chapter_path(args.chapter)], out=args.out, reuse_others=True,
+                     times=args.record_times)
+    return build(args.scale, out=args.out, times=args.record_times)
 
 
 if __name__ == "__main__":

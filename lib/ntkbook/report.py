@@ -1,11 +1,12 @@
-"""Small helpers chapters use to show results: figures, Markdown tables, number formats."""
+"""Small helpers chapters use to show results: figures, Markdown tables, number formats, and the
+lines every chapter shows under its title (where its numbers come from, how to re-run it)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Iterable, Sequence
 
-__all__ = ["show", "markdown_table", "sci", "fmt"]
+__all__ = ["show", "markdown_table", "sci", "fmt", "MarkdownText", "provenance_line", "run_this_chapter"]
 
 _SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -47,3 +48,136 @@ def sci(x: Any, digits: int = 2) -> str:
 def fmt(x: Any, spec: str = ".2f") -> str:
     """``format(x, spec)``, or ``n/a`` for None and non-finite numbers."""
     return "n/a" if x is None or not math.isfinite(float(x)) else format(x, spec)
+
+
+class MarkdownText(str):
+    """A string that Jupyter displays as Markdown (``_repr_markdown_``), so a cell ending in it
+    shows rendered text in the book rather than a quoted Python string. It is still a ``str``:
+    ``f"{line}"``, ``glue(...)`` and comparisons work as usual."""
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
+
+
+def _scale_of(result) -> tuple[str, list[str]]:
+    """``("paper" | "smoke" | "custom", differences)``: which preset a result's config is, and
+    the fields (``name=value``) in which it differs from the nearest preset."""
+    import dataclasses
+
+    try:
+        from ntkbook.experiments import make_config
+
+        presets = {s: dataclasses.asdict(make_config(result.name, s)) for s in ("paper", "smoke")}
+    except Exception:  # an experiment that is not registered: no preset to compare with
+        return "unknown", []
+    cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in result.config.items()}
+
+    def diff(preset):
+        return [k for k in preset if k in cfg and _plain(preset[k]) != _plain(cfg[k])]
+
+    best = min(presets, key=lambda s: (len(diff(presets[s])), s != "paper"))
+    d = diff(presets[best])
+    return best, [f"{k}={_plain(cfg[k])}" for k in d]
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _device(prov: dict) -> str:
+    dev = str(prov.get("device") or "unknown device")
+    return "CPU" if dev.lower() == "cpu" else dev
+
+
+def provenance_line(result, *more) -> MarkdownText:
+    """One sentence saying where the numbers of ``result`` (and of ``more`` results) come from:
+    scale (paper or smoke preset, or which fields were changed), date, device, git commit (and
+    whether the tree had uncommitted changes) and wall time. Chapters show it under their title::
+
+        provenance_line(res)   # "Numbers from `modular_mlp` at paper scale, computed on
+                               #  2026-11-30 on NVIDIA H200 at commit 4420048 in 2m54s."
+    """
+    from ntkbook.progress import format_seconds
+
+    parts = []
+    for r in (result, *more):
+        prov = r.provenance or {}
+        scale, changed = _scale_of(r)
+        what = f"`{r.name}` at {scale} scale" if scale in ("paper", "smoke") else f"`{r.name}`"
+        if changed:
+            shown = ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
+            what += f" with {shown}"
+        date = str(prov.get("date") or "")[:10] or "an unknown date"
+        commit = prov.get("git_commit")
+        at = f"commit {commit[:7]}" if commit else "an unrecorded commit"
+        if prov.get("git_dirty"):
+            at += " plus uncommitted changes"
+        wall = prov.get("wall_time_s")
+        took = f" in {format_seconds(float(wall))}" if wall is not None else ""
+        resumed = prov.get("resumed_points")
+        res_txt = f" ({resumed} points resumed from an earlier run)" if resumed else ""
+        parts.append(f"{what}, computed on {date} on {_device(prov)} at {at}{took}{res_txt}")
+    return MarkdownText("**Provenance.** Numbers from " + "; ".join(parts) + ".")
+
+
+def _chapter_times(chapter: str, times_file=None) -> dict[str, float]:
+    """Measured wall times (s) of executing ``book/<chapter>.md`` per scale, from
+    ``results/chapters.json`` (written by ``python -m ntkbook.bookbuild --record-times``)."""
+    import json
+    from pathlib import Path
+
+    path = Path(times_file) if times_file else Path(__file__).resolve().parents[2] / "results" / "chapters.json"
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    key = f"book/{chapter}.md"
+    return {scale: entry[key] for scale, entry in data.items()
+            if isinstance(entry, dict) and key in entry and "seconds" in entry[key]}
+
+
+def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] = (),
+                     *, times_file=None) -> MarkdownText:
+    """The "Run this chapter" box shown at the top of a chapter: the one command, the data it
+    needs, and its time at smoke and paper scale. The times are measured, never typed: the
+    execution times come from ``results/chapters.json`` and the compute time of the paper-scale
+    results from their provenance (``results`` are the chapter's paper-scale results; pass none
+    for a chapter that computes nothing heavy).
+
+    Args:
+      chapter: the chapter's file name without ``book/`` and ``.md``, e.g. ``"modular_mlp"``.
+      results: the :class:`~ntkbook.store.Result` objects the chapter loads (any scale; only
+        stored paper-scale ones say how long the paper numbers took to compute).
+      data: the data sets it reads (e.g. ``["MNIST"]``); empty for none.
+    """
+    from ntkbook.progress import format_seconds
+
+    times = _chapter_times(chapter, times_file)
+    lines = ["```{admonition} Run this chapter", ":class: tip run-this-chapter", "",
+             f"- **Command** (from the repository root): `make chapter CH={chapter} SCALE=smoke` "
+             f"renders this page from scratch at smoke scale; `make chapter CH={chapter}` at paper "
+             f"scale (stored results). Or open it as a notebook: `jupyter lab book/{chapter}.md`."]
+    if data:
+        lines.append(f"- **Data**: {', '.join(data)}, read from the folder named by `NTKBOOK_DATA` "
+                     "(see the README; MNIST and Fashion-MNIST are downloaded when missing).")
+    else:
+        lines.append("- **Data**: none (the inputs are generated by the code).")
+    t = []
+    for scale, what in (("smoke", "smoke scale"), ("paper", "paper scale, with the stored results")):
+        if scale in times:
+            cpus = times[scale].get("cpus")
+            on = f" on {cpus} CPU cores" if cpus else ""
+            t.append(f"{what} {format_seconds(float(times[scale]['seconds']))}{on}")
+    computed = []
+    for r in results:
+        scale, changed = _scale_of(r)
+        wall = (r.provenance or {}).get("wall_time_s")
+        if scale == "paper" and not changed and wall is not None:
+            computed.append(f"`{r.name}` {format_seconds(float(wall))} on {_device(r.provenance)}")
+    time_line = "- **Time** to execute: " + ("; ".join(t) if t else "not measured yet") + "."
+    if computed:
+        time_line += " Recomputing the paper-scale results took " + ", ".join(computed) + "."
+    lines.append(time_line)
+    lines.append("```")
+    return MarkdownText("\n".join(lines))

@@ -188,3 +188,19 @@ def run(config: Config, points: PointStore | None = None) -> Result:
             "err_all_smallest": float(mean_all[0]),
         },
     )
+
+
+def scorecard(result: Result) -> list[dict]:
+    """The ``F.entk_convergence`` row of the reproduction scorecard (:mod:`ntkbook.scorecard`): the
+    log-log slope of the relative error of the first-layer eNTK against width. Verdict: reproduces
+    when within 0.05 of -1/2, partly within 0.15, does not otherwise."""
+    from ntkbook.report import fmt
+
+    slope = float(result["slope_W"])
+    gap = abs(slope + 0.5)
+    v = "reproduces" if gap <= 0.05 else "partly" if gap <= 0.15 else "does not"
+    return [{"claim": "F.entk_convergence",
+             "ours": f"slope {fmt(slope, '.3f')} (widths {result['smallest_width']}–{result['largest_width']}); "
+                     f"error {fmt(result['err_W_largest'], '.3f')} at the widest, "
+                     f"{fmt(result['ratio_to_prediction_W'], '.2f')}× the closed-form prediction",
+             "verdict": v, "note": "reproduces: slope within 0.05 of −1/2"}]

@@ -1,0 +1,285 @@
+"""The reproduction scorecard: every claim of both papers, the paper's number, ours, a verdict.
+
+:data:`CATALOGUE` lists each claim once (its id, the paper, the claim, the number the paper
+reports, the chapter that measures it and the label of the section that does). Measured rows come
+from the experiments: a module of :mod:`ntkbook.experiments` that defines
+
+    def scorecard(result: Result) -> list[dict]:
+        # one dict per claim measured:
+        # {"claim": "<claim id>", "ours": "<formatted number(s)>",
+        #  "verdict": "reproduces" | "partly" | "does not", "note": "<one short sentence>"}
+
+contributes rows computed from its **stored paper-scale result** (``results/``; nothing is computed
+here). :func:`collect` calls every such function, checks its rows, and returns one :class:`Row` per
+catalogued claim; a claim no stored result measures says "not yet measured". :func:`markdown`
+renders the rows as the tables of the book's scorecard page, linking each claim to its section
+only when that label exists in a chapter of ``_toc.yml`` (a broken reference would fail the build).
+
+The section measuring claim ``X.y.z`` carries the label ``sec-x-y-z`` (:func:`section_label`:
+lower case, dots and underscores become hyphens), e.g. ``(sec-b-mlp-grokking)=``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+__all__ = ["Claim", "Row", "CATALOGUE", "VERDICTS", "NOT_MEASURED", "section_label", "collect",
+           "rows_from", "book_labels", "markdown", "verdict_counts"]
+
+VERDICTS = ("reproduces", "partly", "does not")
+NOT_MEASURED = "not yet measured"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a paper, as catalogued (nothing measured)."""
+
+    id: str
+    paper: str  # "A", "B", or "background" (a result both papers build on)
+    claim: str  # Markdown, one or two sentences
+    reported: str  # the paper's number or statement, as reported
+    chapter: str  # book/<chapter>.md measures it
+
+    @property
+    def section(self) -> str:
+        return section_label(self.id)
+
+
+def section_label(claim_id: str) -> str:
+    """The label of the section that measures ``claim_id``: ``B.mlp.first_cliff`` ->
+    ``sec-b-mlp-first-cliff``."""
+    return "sec-" + re.sub(r"[._]+", "-", claim_id.lower())
+
+
+_C = Claim
+#: Every claim of Paper A (Miñoza et al., arXiv 2603.13085) and Paper B (Lin, arXiv 2510.00468),
+#: from the project's notes on the papers, plus the background results the book checks first.
+CATALOGUE: tuple[Claim, ...] = (
+    # ------------------------------------------------------------------ background
+    _C("F.entk_convergence", "background",
+       "The empirical NTK of a width-$m$ network approaches the analytic (infinite-width) NTK, "
+       "with fluctuations that shrink like $m^{-1/2}$.",
+       "error $\\propto m^{-1/2}$ (log-log slope $-1/2$)", "entk_lanczos"),
+    # ------------------------------------------------------------------ Paper A
+    _C("A.gram_cube", "A",
+       "The Gram matrix of the linear-attention output $XX^\\top X$ is the cube of the input Gram "
+       "matrix $G = XX^\\top$, so its condition number is $\\kappa(G)^3$.",
+       "exact identity", "attention_width"),
+    _C("A.kappa", "A", "For natural images the condition number of the Gram matrix is about $10^3$.",
+       "$\\kappa(G) \\approx 10^3$", "attention_width"),
+    _C("A.width_bound", "A",
+       "MLP-Attn needs width $m = \\Omega(\\kappa(G)^6)$ to stay near its NTK, about $10^{18}$ for "
+       "natural images (v2: $\\Omega(\\kappa_d(G)^6\\, n \\log n)$).",
+       "$m \\approx 10^{18}$", "attention_width"),
+    _C("A.distance.relu", "A", "The NTK distance $\\lVert f_m - f_{\\mathrm{NTK}} \\rVert$ of the "
+       "two-layer ReLU network decreases with width.",
+       "MNIST 45.1 → 39.2; CIFAR-10 246.2 / 101.7 / 56.9 ($m$ = 16, 1024, 4096)", "attention_width"),
+    _C("A.distance.attn", "A", "The NTK distance of MLP-Attn increases or oscillates with width.",
+       "MNIST 10.3 → 43.4; CIFAR-10 3.7 / 10.4 / 12.6 ($m$ = 16, 1024, 4096)", "attention_width"),
+    _C("A.flip.mnist10", "A", "Adversarial perturbation of the training data (ε = 0.3) flips the sign "
+       "of many of the top-10% influence scores of MLP-Attn on MNIST (10 classes).",
+       "FGSM 34.6%, PGD 28.9%, MIM 21.9%; 2L-ReLU under PGD 3.3%", "influence"),
+    _C("A.flip.cifar10", "A", "The same on CIFAR-10 (10 classes): attention's influence scores flip "
+       "far more often than ReLU's.", "attention 6–9× ReLU (table of the paper)", "influence"),
+    _C("A.flip.mnist38", "A", "The same on the binary task MNIST 3 vs 8.",
+       "attention 6–9× ReLU (table of the paper)", "influence"),
+    _C("A.flip.cifar_auto_air", "A", "The same on the binary task CIFAR-10 automobile vs airplane.",
+       "attention 6–9× ReLU (table of the paper)", "influence"),
+    _C("A.flip.ratio", "A", "Across data sets and attacks, attention's influence scores are 6–9 times "
+       "more malleable (flip rate) than the ReLU network's.", "6–9× (v2: 2–9×)", "influence"),
+    _C("A.advtrain", "A", "Adversarial training makes the ReLU network malleable too: its PGD flip "
+       "rate approaches attention's.", "3.3% → 43.4%", "influence"),
+    _C("A.landscape", "A", "MLP-Attn finds wider, flatter minima than the two-layer ReLU network "
+       "(loss slices, top Hessian eigenvalue).", "flatter (qualitative)", "influence"),
+    # ------------------------------------------------------------------ Paper B
+    _C("B.lanczos", "B", "Lanczos with full reorthogonalisation finds the top-$k$ eigenvectors of the "
+       "eNTK matrix-free from about $2k$ products, as a dense eigensolver would.",
+       "top-$k$ from about $2k$ products", "entk_lanczos"),
+    _C("B.mlp.grokking", "B", "The one-hidden-layer $x^2$ MLP on addition modulo 29 groks: its test "
+       "accuracy rises from about 10% to about 95% late in training.", "around epochs 75–100",
+       "modular_mlp"),
+    _C("B.mlp.first_cliff", "B", "The class-mean eNTK spectrum has a first cliff of "
+       "$4\\lfloor p/2 \\rfloor$ eigenvalues that spans the Fourier features of $a$ and $b$.",
+       "56 eigenvectors ($p$ = 29), spanning the $a$, $b$ features", "modular_mlp"),
+    _C("B.mlp.second_cliff_sum", "B", "The second cliff (eigenvectors 57–112) aligns with the Fourier "
+       "features of $a + b$.", "26.5/28", "modular_mlp"),
+    _C("B.mlp.second_cliff_diff", "B", "The second cliff aligns with the Fourier features of $a - b$.",
+       "25.2/28", "modular_mlp"),
+    _C("B.mlp.dynamics", "B", "The second cliff's overlap with the sum features is low at "
+       "initialisation and grows smoothly; its derivative peaks near the onset of grokking.",
+       "peak near grokking onset (qualitative)", "modular_mlp"),
+    _C("B.tf.grokking", "B", "The one-layer transformer on addition modulo 29 groks.",
+       "between about epochs 150 and 1900", "modular_transformer"),
+    _C("B.tf.key_freqs", "B", "Unlike the MLP, the transformer uses a sparse, seed-dependent set of "
+       "key frequencies $\\omega_k$.", "a few key frequencies (seed-dependent)", "modular_transformer"),
+    _C("B.tf.attn_axis_sum", "B", "Layer-wise eNTK eigenvectors of the attention block and the MLP "
+       "input align with $\\cos(\\omega_k a) + \\cos(\\omega_k b)$ (axis sum) at the key frequencies.",
+       "aligned (qualitative)", "modular_transformer"),
+    _C("B.tf.out_sum", "B", "Those of the MLP output and the unembedding align with "
+       "$\\cos(\\omega_k (a + b))$ (sum features).", "aligned (qualitative)", "modular_transformer"),
+    _C("B.tf.replay", "B", "Replaying the author's notebook: the unembedding's top-eigenvector windows "
+       "overlap with the sum features.", "3.9647/4 and 3.9399/4", "modular_transformer"),
+    _C("B.tf.dynamics", "B", "The alignment with the sum features rises during training, fastest near "
+       "grokking.", "fastest near grokking (qualitative)", "modular_transformer"),
+    _C("B.gemma.spectrum_identity", "B", "For Gemma-3-270M the reduced operator "
+       "$S^{1/2} K_r S^{1/2}$ in $d_{\\mathrm{model}}$ space has the same nonzero eigenvalues as the "
+       "full output eNTK.", "exact identity", "gemma"),
+    _C("B.gemma.pos_vs_pca", "B", "eNTK eigenvectors (top 25, best layer) beat PCA of the activations "
+       "at predicting the next word's part of speech.", "better on 8 of 8 parts of speech", "gemma"),
+    _C("B.gemma.morph_vs_pca", "B", "They also beat PCA on morphological features.",
+       "better on all but one", "gemma"),
+    _C("B.gemma.top_contexts", "B", "The top-activating contexts of single eigenvectors read as "
+       "coherent grammatical features (e.g. infinitive, past tense).", "coherent (qualitative)",
+       "gemma"),
+)
+
+_BY_ID = {c.id: c for c in CATALOGUE}
+assert len(_BY_ID) == len(CATALOGUE), "duplicate claim id in the catalogue"
+
+
+@dataclass
+class Row:
+    """A claim with what we measured (or ``NOT_MEASURED``)."""
+
+    claim: Claim
+    verdict: str = NOT_MEASURED
+    ours: str = ""
+    note: str = ""
+    source: str = ""  # "paper scale, NVIDIA H200, 2026-11-30"
+    experiments: list[str] = field(default_factory=list)
+
+
+def _source(result) -> str:
+    from ntkbook.report import _device, _scale_of
+
+    prov = result.provenance or {}
+    scale, changed = _scale_of(result)
+    what = f"{scale} scale" + (" (changed: " + ", ".join(changed) + ")" if changed else "")
+    return f"`{result.name}`, {what}, {_device(prov)}, {str(prov.get('date') or '')[:10]}"
+
+
+def _check(rows: Any, module: str) -> list[dict]:
+    """Validate what a ``scorecard`` function returned; a clear error names the module."""
+    if not isinstance(rows, list):
+        raise TypeError(f"{module}.scorecard must return a list of dicts, got {type(rows).__name__}")
+    for r in rows:
+        if not isinstance(r, Mapping) or not {"claim", "ours", "verdict"} <= set(r):
+            raise ValueError(f"{module}.scorecard: each row needs 'claim', 'ours', 'verdict'; got {r!r}")
+        if r["claim"] not in _BY_ID:
+            raise ValueError(f"{module}.scorecard: unknown claim id {r['claim']!r}; catalogued ids: "
+                             f"{', '.join(_BY_ID)}")
+        if r["verdict"] not in VERDICTS:
+            raise ValueError(f"{module}.scorecard: verdict of {r['claim']} must be one of {VERDICTS}, "
+                             f"got {r['verdict']!r}")
+    return list(rows)
+
+
+def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
+    """One :class:`Row` per catalogued claim from ``(result, scorecard rows)`` pairs. Several rows
+    for one claim (e.g. from several experiments) are joined; their verdict is the common one, or
+    "partly" when they differ."""
+    table = {c.id: Row(c) for c in CATALOGUE}
+    for result, rows in measured:
+        for r in rows:
+            row = table[r["claim"]]
+            first = row.verdict == NOT_MEASURED
+            row.verdict = r["verdict"] if first or row.verdict == r["verdict"] else "partly"
+            row.ours = r["ours"] if first else f"{row.ours}; {r['ours']}"
+            note = str(r.get("note", "")).strip()
+            row.note = note if first else "; ".join(x for x in (row.note, note) if x)
+            src = _source(result)
+            if src not in row.source:
+                row.source = src if first else f"{row.source}; {src}"
+            if result.name not in row.experiments:
+                row.experiments.append(result.name)
+    return list(table.values())
+
+
+def collect(experiments: Iterable[str] | None = None) -> list[Row]:
+    """Rows for every catalogued claim, measured ones from the **stored** paper-scale result of
+    each experiment that defines ``scorecard(result)`` (nothing is computed; a missing result
+    leaves its claims "not yet measured")."""
+    from ntkbook.experiments import EXPERIMENTS, make_config, results_dir
+    from ntkbook.store import Store
+
+    store = Store(results_dir())
+    measured = []
+    for name in sorted(experiments if experiments is not None else EXPERIMENTS):
+        module = importlib.import_module(EXPERIMENTS[name])
+        fn = getattr(module, "scorecard", None)
+        if fn is None:
+            continue
+        config = make_config(name, "paper")
+        if not store.has(name, module.VERSION, config):
+            continue
+        result = store.load(name, module.VERSION, config)
+        measured.append((result, _check(fn(result), module.__name__)))
+    return rows_from(measured)
+
+
+_LABEL = re.compile(r"^\(([^()\s]+)\)=\s*$", re.M)
+
+
+def book_labels(repo: Path | None = None) -> set[str]:
+    """Labels ``(name)=`` defined in the chapters of ``_toc.yml`` (the ones the build will know)."""
+    from ntkbook.bookbuild import REPO, toc_chapters
+
+    repo = repo or REPO
+    labels: set[str] = set()
+    for chapter in toc_chapters(repo):
+        path = repo / chapter
+        if path.exists():
+            labels.update(m.lower() for m in _LABEL.findall(path.read_text(encoding="utf-8")))
+    return labels
+
+
+def verdict_counts(rows: Iterable[Row]) -> dict[str, int]:
+    counts = {v: 0 for v in (*VERDICTS, NOT_MEASURED)}
+    for r in rows:
+        counts[r.verdict] += 1
+    return counts
+
+
+_PAPERS = {"background": "Background both papers build on",
+           "A": "Paper A: influence malleability in linearised attention",
+           "B": "Paper B: feature identification via the empirical NTK"}
+_MARK = {"reproduces": "**reproduces**", "partly": "**partly**", "does not": "**does not**",
+         NOT_MEASURED: "not yet measured"}
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(rows: list[Row], labels: set[str] | None = None, heading_level: int = 2) -> str:
+    """The scorecard as MyST Markdown: one table per paper (claim, paper, ours, verdict, source),
+    claims linked to their sections where the label exists in ``labels``."""
+    labels = book_labels() if labels is None else labels
+    out = []
+    for paper, title in _PAPERS.items():
+        sel = [r for r in rows if r.claim.paper == paper]
+        if not sel:
+            continue
+        out += [f"{'#' * heading_level} {title}", "",
+                "| claim | the paper | ours | verdict | measured by |", "|---|---|---|---|---|"]
+        for r in sel:
+            c = r.claim
+            ident = (f"{{ref}}`{c.id} <{c.section}>`" if c.section in labels else f"**{c.id}**")
+            claim = f"{ident}: {c.claim}"
+            ours = r.ours + (f" ({r.note})" if r.note else "") if r.verdict != NOT_MEASURED else "–"
+            src = r.source if r.verdict != NOT_MEASURED else f"chapter `{c.chapter}`"
+            out.append(f"| {_cell(claim)} | {_cell(c.reported)} | {_cell(ours)} | {_MARK[r.verdict]} "
+                       f"| {_cell(src)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def as_dicts(rows: Iterable[Row]) -> list[dict]:
+    """Plain dicts (for JSON or tests)."""
+    return [{**dataclasses.asdict(r.claim), "section": r.claim.section, "verdict": r.verdict,
+             "ours": r.ours, "note": r.note, "source": r.source} for r in rows]

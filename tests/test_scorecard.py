@@ -1,0 +1,102 @@
+"""The reproduction scorecard and the provenance line: every catalogued claim gets exactly one row,
+verdicts come from the experiments' ``scorecard`` functions, bad rows give clear errors, and links
+point only to labels that exist."""
+
+from __future__ import annotations
+
+import pytest
+
+from ntkbook import report, scorecard
+from ntkbook.store import Result
+
+# the claim ids fixed for every helper (COMMON.md)
+FIXED_IDS = {
+    "B.mlp.grokking", "B.mlp.first_cliff", "B.mlp.second_cliff_sum", "B.mlp.second_cliff_diff",
+    "B.mlp.dynamics", "B.lanczos", "B.tf.grokking", "B.tf.key_freqs", "B.tf.attn_axis_sum",
+    "B.tf.out_sum", "B.tf.replay", "B.tf.dynamics", "B.gemma.spectrum_identity", "B.gemma.pos_vs_pca",
+    "B.gemma.morph_vs_pca", "B.gemma.top_contexts", "A.gram_cube", "A.kappa", "A.width_bound",
+    "A.distance.relu", "A.distance.attn", "A.flip.mnist10", "A.flip.cifar10", "A.flip.mnist38",
+    "A.flip.cifar_auto_air", "A.flip.ratio", "A.advtrain", "A.landscape",
+}
+
+
+def test_catalogue_has_every_fixed_claim_once():
+    ids = [c.id for c in scorecard.CATALOGUE]
+    assert len(ids) == len(set(ids))
+    assert FIXED_IDS <= set(ids)
+    for c in scorecard.CATALOGUE:
+        assert c.paper in ("A", "B", "background") and c.claim and c.reported and c.chapter
+
+
+def test_section_label_rule():
+    assert scorecard.section_label("B.mlp.first_cliff") == "sec-b-mlp-first-cliff"
+    assert scorecard.section_label("A.flip.cifar_auto_air") == "sec-a-flip-cifar-auto-air"
+
+
+def _result(name="modular_mlp"):
+    return Result(name=name, config={}, provenance={"device": "cpu", "date": "2026-11-30T00:00:00"})
+
+
+def test_rows_join_and_default_to_not_measured():
+    r = _result()
+    rows = scorecard.rows_from([
+        (r, [{"claim": "B.lanczos", "ours": "x", "verdict": "reproduces", "note": "a"}]),
+        (_result("lanczos_ghosts"), [{"claim": "B.lanczos", "ours": "y", "verdict": "partly"}]),
+    ])
+    assert len(rows) == len(scorecard.CATALOGUE)
+    by_id = {row.claim.id: row for row in rows}
+    assert by_id["B.lanczos"].verdict == "partly" and by_id["B.lanczos"].ours == "x; y"
+    assert by_id["B.mlp.grokking"].verdict == scorecard.NOT_MEASURED
+    counts = scorecard.verdict_counts(rows)
+    assert sum(counts.values()) == len(rows) and counts["partly"] == 1
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"claim": "B.nope", "ours": "1", "verdict": "reproduces"}, "unknown claim id"),
+    ({"claim": "B.lanczos", "ours": "1", "verdict": "maybe"}, "verdict of B.lanczos"),
+    ({"claim": "B.lanczos", "verdict": "partly"}, "needs 'claim', 'ours', 'verdict'"),
+])
+def test_bad_rows_are_refused(bad, match):
+    with pytest.raises(ValueError, match=match):
+        scorecard._check([bad], "mod")
+
+
+def test_markdown_links_only_existing_labels():
+    rows = scorecard.rows_from([])
+    md = scorecard.markdown(rows, labels={"sec-b-mlp-grokking"})
+    assert "{ref}`B.mlp.grokking <sec-b-mlp-grokking>`" in md
+    assert "<sec-b-lanczos>" not in md and "**B.lanczos**" in md
+    assert md.count("not yet measured") == len(scorecard.CATALOGUE)
+
+
+def test_collect_uses_stored_results_and_computed_verdicts():
+    rows = {r.claim.id: r for r in scorecard.collect()}
+    assert len(rows) == len(scorecard.CATALOGUE)
+    # modular_mlp's paper-scale result is stored in results/: its claims are measured
+    for cid in ("B.mlp.grokking", "B.mlp.first_cliff", "B.mlp.second_cliff_sum", "B.mlp.dynamics"):
+        assert rows[cid].verdict in scorecard.VERDICTS, cid
+        assert "paper scale" in rows[cid].source
+
+
+def test_provenance_line_names_scale_device_commit_and_time():
+    from ntkbook.experiments import make_config
+    import dataclasses
+
+    cfg = dataclasses.asdict(make_config("lanczos_ghosts", "smoke"))
+    r = Result(name="lanczos_ghosts", config=cfg, provenance={
+        "date": "2026-11-30T01:02:03+00:00", "device": "cpu", "git_commit": "0123456789abcdef",
+        "git_dirty": True, "wall_time_s": 75.0})
+    line = report.provenance_line(r)
+    assert line._repr_markdown_() == str(line)
+    for part in ("smoke scale", "2026-11-30", "CPU", "0123456", "uncommitted", "1m15s"):
+        assert part in line, (part, line)
+    changed = Result(name="lanczos_ghosts", config={**cfg, "k": cfg["k"] + 1}, provenance={})
+    assert f"k={cfg['k'] + 1}" in report.provenance_line(changed)
+
+
+def test_run_box_reads_times_from_file(tmp_path):
+    times = tmp_path / "chapters.json"
+    times.write_text('{"smoke": {"book/x.md": {"seconds": 42.0}}, "paper": {"book/x.md": {"seconds": 5}}}')
+    box = report.run_this_chapter("x", data=["MNIST"], times_file=times)
+    assert "make chapter CH=x SCALE=smoke" in box and "42.0s" in box and "5.0s" in box and "MNIST" in box
+    assert "not measured" in report.run_this_chapter("y", times_file=times)
