@@ -72,8 +72,10 @@ def test_gram_conditioning_statements():
             if row["d"] <= d_star:
                 assert row["kappa_d_Gt_measured"] == pytest.approx(row["kappa_d_G_cubed"], rel=1e-8)
         assert s["rank_Gt"] <= s["rank_G"] and s["rank_Ghat"] <= s["rank_G"]
-        assert s["kappa_Gt_naive_eigh"] < 1e4 / np.finfo(float).eps
-        assert s["kappa_Gt_measured"] > s["kappa_Gt_naive_eigh"]  # the SVD sees further
+        # the naive eigensolver sees no further than ~1/eps (inf: a rounding-noise eigenvalue <= 0)
+        naive = s["kappa_Gt_naive_eigh"]
+        assert math.isinf(naive) or (naive < 1e4 / np.finfo(float).eps
+                                     and s["kappa_Gt_measured"] > naive)
         assert (s["identity_rel_error"] < 1e-6) if s["verified_full"] else math.isnan(s["identity_rel_error"])
         # the ridge caps kappa at about 1 + 1/r (eq-ridge)
         for rr, k in zip(r["rel_ridges"], r[f"{name}/ridge_Gt"]):
