@@ -224,3 +224,16 @@ def test_default_is_two_reorthogonalisation_passes():
     for passes in (1, 2):
         V = np.asarray(lanczos_topk(lambda v: A @ v, 100, 8, reorthogonalize=passes).eigenvectors)
         np.testing.assert_allclose(V.T @ V, np.eye(8), atol=1e-13)
+
+
+def test_lanczos_stops_on_non_finite_products_without_the_check():
+    """With check=False the symmetry check cannot catch NaN: every Lanczos step must."""
+    A = sym_with_spectrum(np.linspace(1.0, 3.0, 60))
+    calls = []
+
+    def flaky(v):
+        calls.append(1)
+        return A @ v * (jnp.nan if len(calls) == 7 else 1.0)
+
+    with pytest.raises(FloatingPointError, match="step 6: operator produced non-finite values"):
+        lanczos_topk(flaky, 60, 3, check=False)
