@@ -43,7 +43,8 @@ from ntkbook import features as F
 from ntkbook.models import transformer as T
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
-from ntkbook.train import fit
+from ntkbook.train import fit, training_record
+from ntkbook.train import require_trained as _require_trained
 
 NAME = "modular_transformer"
 VERSION = "1"
@@ -590,12 +591,26 @@ def _assemble(config, names, main, runs, extra) -> Result:
                              "test_acc": 100.0 * float(h["hist_test_acc"][e])})
         scalars["replay_vs_author"] = rows
     seeds = [n for n in names if n != "replay"]
+    analysed = [n for n in names if n != "replay" or n == main]
+    scalars["training"] = training_record(
+        [per_run[n]["grokking"]["final_train_acc"] for n in analysed],
+        [per_run[n]["grokking"]["final_train_loss"] for n in analysed],
+        min_train_acc=0.99, labels=analysed)
     scalars["seed_summary"] = {
         "n": len(seeds),
         "grokked": sum(bool(per_run[n]["grokking"]["grokked"]) for n in seeds),
         "epochs": config.epochs,
     }
     return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays, scalars=scalars)
+
+
+def require_trained(result: Result) -> None:
+    """Raise :class:`ntkbook.train.NotTrained` unless the analysed (main) run reached 99% training
+    accuracy; the chapter calls it before drawing conclusions from the main run's kernels."""
+    rec = result["training"]
+    main = result["main"]
+    _require_trained({**rec, "models": [m for m in rec["models"] if m["label"] == main]},
+                     f"{NAME} ({main})")
 
 
 # --------------------------------------------------------------------------------------------------
