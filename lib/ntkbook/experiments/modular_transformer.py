@@ -309,7 +309,8 @@ def leading_family(content: np.ndarray, n: int) -> str:
 def analyse_group(K: np.ndarray, p: int, bases: dict[str, np.ndarray], n_keep: int) -> dict[str, Any]:
     """Spectrum and Fourier content of one ``(p², p²)`` kernel at the key frequencies.
 
-    Window: the top ``4K+1`` eigenvectors (constant + axis sum + sum if the paper's picture holds,
+    Cliffs: :func:`ntkbook.features.find_cliffs` on the top 40 eigenvalues (at most two, blocks of
+    one allowed).  Window: the top ``4K+1`` eigenvectors (constant + axis sum + sum if the paper's picture holds,
     K key frequencies).  Returned: eigenvalues (descending, all), the top ``n_keep`` eigenvectors,
     their content shares and additive shares, the window's overlaps with every family (fractions of
     2K) with the uniform (``kd/p²``) and additive (``kd/(2p-1)``) chance levels, and the family
@@ -327,7 +328,11 @@ def analyse_group(K: np.ndarray, p: int, bases: dict[str, np.ndarray], n_keep: i
     overlaps = {f: F.subspace_overlap(top[:, :w], bases[f], orthonormalize=False) / bases[f].shape[1]
                 for f in F.CONTENT_KINDS if f != "const"}
     N = p * p
+    # cliffs of the top 40 (the constant mode may sit inside a block, so blocks of one count)
+    cl = F.find_cliffs(np.clip(lam[:40], np.finfo(float).tiny, None), n=2, min_size=1)
     return {
+        "cliff_edges": list(cl.edges),
+        "cliff_ratios": list(cl.ratios),
         "eigenvalues": lam,
         "eigenvectors": top[:, :n_keep],
         "content": content[:n_keep],
