@@ -634,16 +634,21 @@ def scorecard(result: Result) -> list[dict]:
                  "note": "paper: grokking between about epochs 150 and 1900"})
     kf = tuple(pr[main]["key_frequencies"])
     seeds = [n for n in result["runs"] if n != "replay"]
-    distinct = len({tuple(sorted(pr[n]["key_frequencies"])) for n in seeds})
-    sparse = all(len(pr[n]["key_frequencies"]) <= 4 for n in [main] + seeds)
+    # sparsity and seed dependence are claims about networks that learned the task: runs that did
+    # not grok are listed but not counted
+    grokked = [n for n in dict.fromkeys([main] + seeds) if pr[n]["grokking"]["grokked"]]
+    distinct = len({tuple(sorted(pr[n]["key_frequencies"])) for n in grokked})
+    sparse = bool(grokked) and all(len(pr[n]["key_frequencies"]) <= 4 for n in grokked)
     if main == "replay":
-        verdict = "reproduces" if set(kf) == set(AUTHOR["key_frequencies"]) and sparse else (
-            "partly" if sparse else "does not")
+        verdict = ("reproduces" if set(kf) == set(AUTHOR["key_frequencies"]) and sparse and distinct > 1
+                   else ("partly" if sparse else "does not"))
     else:
         verdict = "reproduces" if sparse and distinct > 1 else ("partly" if sparse else "does not")
-    rows.append({"claim": "B.tf.key_freqs", "ours": f"{main}: {kf}; seeds: " + ", ".join(
-        str(tuple(pr[n]["key_frequencies"])) for n in seeds),
-        "verdict": verdict, "note": "paper: sparse, seed-dependent; the author's run uses 1 and 12"})
+    rows.append({"claim": "B.tf.key_freqs", "ours": "; ".join(
+        f"{n} {tuple(pr[n]['key_frequencies'])}" for n in grokked),
+        "verdict": verdict,
+        "note": (f"runs that grok ({len(grokked)} of {len(set([main] + seeds))}); at most 4 key "
+                 f"frequencies each, {distinct} distinct sets; the author's run uses 1 and 12")})
     groups = pr[main].get("groups", {})
     if groups:
         for claim_id, members, fam in (("B.tf.attn_axis_sum", ["W_Q", "W_K", "W_V", "W_O", "W_in"], "axis_sum"),
