@@ -88,7 +88,7 @@ def plot_key_power(result: Result, runs=None):
         colors = [PALETTE[1] if k in s["key_frequencies"] else "0.6" for k in ks]
         ax.bar(ks, power, color=colors)
         ax.axhline(thr * power.max(), color="k", ls="--", lw=1)
-        ax.set_xticks(ks)
+        ax.set_xticks(ks[::2])
         ax.set_title(f"{r}: key {', '.join(str(k) for k in s['key_frequencies'])}")
         ax.set_xlabel("frequency k")
         ax.set_ylabel("share of power")
@@ -199,7 +199,8 @@ def plot_dynamics(result: Result, run: str | None = None):
         y = dyn[:, metrics.index((kernel, window, feat))]
         lab = f"{kernel} top {window} vs {feat.replace('_', ' ')}"
         a1.plot(ep, y, color=color, ls=ls, lw=1.5, label=lab)
-        a2.plot(ep, np.gradient(y, ep), color=color, ls=ls, lw=1.2, label=lab)
+        # the derivative from the first logged epoch on (epoch 0 -> 1 is a one-epoch step)
+        a2.plot(ep[1:], np.gradient(y[1:], ep[1:]), color=color, ls=ls, lw=1.2, label=lab)
     if run == "replay":
         d = result["author"]["W_U_dynamics"]
         a1.plot([int(k) for k in d], list(d.values()), "x", color="k", ms=7, label="author, W_U top 5 vs sum")
