@@ -634,8 +634,9 @@ def entk_mean_logit(
     hidden state and :math:`k_{mn}(x,x') = \partial_\theta h_m(x) \cdot \partial_\theta h_n(x')`
     for the selected parameters.  Then the mean-logit kernel is :math:`u^\top k\, u` with
     :math:`u = W_U \mathbf 1 / C`, the class mean :math:`\operatorname{tr}(W_U^\top k W_U)/C`; they
-    are proportional whenever :math:`k_{mn} = \delta_{mn} \kappa` (e.g. the read-out layer's own
-    parameters).
+    are proportional whenever :math:`k_{mn} = \delta_{mn} \kappa`, e.g. for the weights ``W`` of a
+    last hidden layer ``h = W^T a`` (:math:`\kappa = a \cdot a'`).  For ``W_U`` itself
+    :math:`K_{cd} = \delta_{cd}\, h \cdot h'`, so both are multiples of :math:`h \cdot h'` too.
     """
     fbar = mean_logit(f)
     if layers is not None:

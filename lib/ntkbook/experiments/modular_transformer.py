@@ -681,7 +681,8 @@ def scorecard(result: Result) -> list[dict]:
     rows.append({"claim": "B.tf.dynamics",
                  "ours": f"W_U overlap {ov[0]:.2f} → {ov[-1]:.2f}; derivative peak at epoch {peak:.0f}",
                  "verdict": "reproduces" if rise > 0.5 and inside else ("partly" if rise > 0.5 else "does not"),
-                 "note": f"grokking window {_f(lo)}–{_f(hi)}; paper: peaks near 150 and 600"})
+                 "note": (f"reproduces: rise > 0.5 and peak inside the grokking window {_f(lo)}–{_f(hi)} "
+                          f"(or up to 100 epochs before it); paper: peaks near 150 and 600")})
     return rows
 
 
