@@ -21,6 +21,7 @@ def _scratch(tmp_path, monkeypatch):
     """Checkpoints and locks of every test in its own folder; a clean, committed tree."""
     monkeypatch.setenv("NTKBOOK_SCRATCH", str(tmp_path / "scratch"))
     monkeypatch.delenv("NTKBOOK_ALLOW_DIRTY", raising=False)
+    monkeypatch.delenv("NTKBOOK_GIT_COMMIT", raising=False)
     clean_git(monkeypatch)
 
 
