@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 __all__ = ["Claim", "Row", "CATALOGUE", "VERDICTS", "NOT_MEASURED", "section_label", "collect",
-           "rows_from", "book_labels", "markdown", "verdict_counts"]
+           "rows_from", "book_labels", "markdown", "verdict_counts", "claim_line"]
 
 VERDICTS = ("reproduces", "partly", "does not")
 NOT_MEASURED = "not yet measured"
@@ -283,3 +283,24 @@ def as_dicts(rows: Iterable[Row]) -> list[dict]:
     """Plain dicts (for JSON or tests)."""
     return [{**dataclasses.asdict(r.claim), "section": r.claim.section, "verdict": r.verdict,
              "ours": r.ours, "note": r.note, "source": r.source} for r in rows]
+
+
+def claim_line(claim_id: str, rows: list[dict]):
+    """The closing line of a section that measures ``claim_id``: the paper's number beside ours and
+    the verdict, from rows returned by an experiment's ``scorecard(result)`` (Markdown)::
+
+        claim_line("B.mlp.grokking", modular_mlp.scorecard(res))
+    """
+    from ntkbook.report import MarkdownText
+
+    c = _BY_ID[claim_id]
+    paper = {"A": "Paper A", "B": "Paper B"}.get(c.paper, "Expected")
+    mine = [r for r in rows if r["claim"] == claim_id]
+    if not mine:
+        return MarkdownText(f"**{paper}:** {c.reported}. **Ours:** not measured in this run.")
+    ours = "; ".join(r["ours"] for r in mine)
+    verdicts = {r["verdict"] for r in mine}
+    verdict = verdicts.pop() if len(verdicts) == 1 else "partly"
+    notes = "; ".join(str(r.get("note", "")) for r in mine if r.get("note"))
+    return MarkdownText(f"**{paper}:** {c.reported}. **Ours:** {ours}. **Verdict: {verdict}**"
+                        + (f" ({notes})." if notes else "."))

@@ -513,6 +513,8 @@ def scorecard(result: Result) -> list[dict]:
       initialisation is below half its final value: reproduces for every seed, partly for at
       least half of them.
     """
+    from ntkbook.report import sci
+
     cfg = result.config
     p, S, every = int(cfg["p"]), len(cfg["seeds"]), int(cfg["snapshot_every"])
     d1 = 4 * (p // 2)
@@ -585,9 +587,9 @@ def scorecard(result: Result) -> list[dict]:
         v = ("reproduces" if err <= 1e-8 and mv <= 3 * k else "partly" if err <= 1e-8 else "does not")
         rows.append({"claim": "B.lanczos",
                      "ours": f"top {k} of the trained MLP's class-mean eNTK from {mv} products "
-                             f"({mv / k:.1f}k), max relative error {err:.0e} against dense",
+                             f"({mv / k:.1f}k), max relative error {sci(err, 0)} against dense",
                      "verdict": v,
-                     "note": "reproduces: error ≤ 1e-8 within 3k products"})
+                     "note": "reproduces: error ≤ 10⁻⁸ within 3k products"})
     return rows
 
 
