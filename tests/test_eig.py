@@ -151,3 +151,37 @@ def test_hvp_operator_matches_hessian():
     res = lanczos_topk(mv, dim, 2, num_steps=dim)
     np.testing.assert_allclose(res.eigenvalues, np.linalg.eigvalsh(np.asarray(H))[::-1][:2],
                                rtol=1e-10)
+
+
+def test_dense_topk_checks_symmetry_and_finiteness():
+    A = np.asarray(sym_with_spectrum(np.linspace(1, 10, 30)))
+    E = np.zeros_like(A)
+    E[0, 1] = 1e-6 * np.linalg.norm(A)  # asymmetry 1e-6 relative: far above round-off
+    with pytest.raises(ValueError, match="not symmetric.*rtol = 1e-08"):
+        dense_topk(A + E, 3)
+    dense_topk(A + 1e-13 * E, 3)  # round-off level asymmetry passes
+    dense_topk(A + E, 3, rtol=1e-5)
+    with pytest.raises(ValueError, match="not symmetric.*rtol = 0.001"):
+        dense_topk(jnp.asarray(A + 1e-2 * E / 1e-6, dtype=jnp.float32), 3)
+    bad = A.copy()
+    bad[3, 3] = np.nan
+    with pytest.raises(ValueError, match="1 non-finite"):
+        dense_topk(bad, 3)
+
+
+def test_symmetry_check_resolves_small_asymmetry():
+    """check_symmetric must see a 1e-6 relative asymmetry in float64 (rtol 1e-8), and Lanczos
+    must run it by default."""
+    A = np.asarray(sym_with_spectrum(np.linspace(1, 10, 40)))
+    B = A.copy()
+    B[0, 1] += 1e-5 * np.abs(A).max()
+    with pytest.raises(ValueError, match="not symmetric"):
+        check_symmetric(lambda v: jnp.asarray(B) @ v, 40)
+    with pytest.raises(ValueError, match="not symmetric"):
+        lanczos_topk(lambda v: jnp.asarray(B) @ v, 40, 3)
+    check_symmetric(lambda v: jnp.asarray(A) @ v, 40)
+
+
+def test_hvp_operator_rejects_non_finite_params():
+    with pytest.raises(ValueError, match="non-finite"):
+        hvp_operator(lambda p: jnp.sum(p["w"] ** 2), {"w": jnp.array([1.0, jnp.nan])})

@@ -227,3 +227,43 @@ def test_bad_inputs():
     op = E.entk_matvec(f, params, x1)
     with pytest.raises(ValueError, match="expected a vector of shape"):
         op(jnp.ones(3))
+
+
+def test_convention_errors_teach_the_convention():
+    """A 1-D x (one example, no batch axis) and a batched f are explained, not raw JAX errors."""
+    f, params, x1, _ = setup("mlp")
+    with pytest.raises(ValueError, match=r"failed on one example .* shape \(\).*\(C,\).*x1\[None\]"):
+        E.entk(f, params, x1[0])  # one example (4,): x1[0] is then a scalar
+    batched = lambda p, xb: jax.vmap(lambda x: mlp(p, x))(xb)  # noqa: E731
+    with pytest.raises(ValueError, match=r"failed on one example|batch axis of 1"):
+        E.entk(batched, params, x1)
+    with pytest.raises(ValueError, match=r"batch axis of 1.*x\[None\]\)\[0\]"):
+        E.entk(lambda p, x: mlp(p, x)[None], params, x1)
+    with pytest.raises(ValueError, match=r"a scalar.*\(C,\)"):
+        E.entk(lambda p, x: mlp(p, x).sum(), params, x1)
+    with pytest.raises(ValueError, match=r"non-empty batch.*\(N, \*feature_shape\)"):
+        E.entk(f, params, jnp.ones((0, 4)))
+
+
+def test_non_finite_inputs_and_params_are_rejected():
+    f, params, x1, x2 = setup("mlp")
+    bad = x1.at[2, 1].set(jnp.nan)
+    with pytest.raises(ValueError, match=r"x1 holds 1 non-finite value.*index \(2, 1\)"):
+        E.entk(f, params, bad)
+    with pytest.raises(ValueError, match=r"x2 holds 1 non-finite"):
+        E.entk(f, params, x1, bad)
+    with pytest.raises(ValueError, match=r"x1 holds"):
+        E.entk_matvec(f, params, bad)
+    p_bad = jax.tree_util.tree_map(lambda a: a, params)
+    p_bad["dense2"]["w"] = p_bad["dense2"]["w"].at[0, 0].set(jnp.inf)
+    with pytest.raises(ValueError, match=r"parameter \['dense2'\]\['w'\] holds 1 non-finite"):
+        E.entk(f, p_bad, x1)
+    with pytest.raises(ValueError, match=r"parameter \['dense2'\]\['w'\]"):
+        E.entk_matvec(f, p_bad, x1)
+    op = E.entk_matvec(f, params, x1)
+    with pytest.raises(ValueError, match="the vector v of K v holds"):
+        op(jnp.full(op.dim, jnp.nan))
+    # finite inputs and parameters whose outputs overflow: the kernel says so
+    huge = jax.tree_util.tree_map(lambda a: a * 1e200, params)
+    with pytest.raises(FloatingPointError, match="overflow"):
+        E.entk(lambda p, x: jnp.exp(mlp(p, x)) * 1e300, huge, x1)

@@ -149,3 +149,15 @@ def test_presets_and_variants_are_valid():
     assert len(paper.seeds) >= 3 and paper.train_fraction == 0.7
     with pytest.raises(ValueError):
         X.run(_tiny(activation="tanh"))
+
+
+def test_untrained_model_is_recorded_and_refused():
+    from ntkbook.train import NotTrained
+
+    res = X.run(_tiny(seeds=(0,), crosscheck=False, epochs=4, snapshot_every=4, lr=1e-9))
+    assert res.scalars["training"]["all_trained"] is False
+    with pytest.raises(NotTrained, match=r"modular_mlp \(p=5.*seed 0 \(final training accuracy"):
+        X.require_trained(res)
+    # a result stored before the record existed gets it from its training curves
+    del res.scalars["training"]
+    assert X.training(res)["models"][0]["trained"] is False

@@ -1,17 +1,38 @@
-"""The results store: round trip, stable hashing, resume after interruption, corrupt entries."""
+"""The results store: round trip, stable hashing, content hashes, locks, checkpoints, provenance,
+resume after interruption, and the command line."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
 
-from ntkbook import experiments
+from ntkbook import experiments, store as store_mod
 from ntkbook.__main__ import main as cli
 from ntkbook.experiments import demo_sweep
 from ntkbook.store import PointStore, Result, Store, StoreError, config_hash
+
+
+@pytest.fixture(autouse=True)
+def _scratch(tmp_path, monkeypatch):
+    """Checkpoints and locks of every test in its own folder; a clean, committed tree."""
+    monkeypatch.setenv("NTKBOOK_SCRATCH", str(tmp_path / "scratch"))
+    monkeypatch.delenv("NTKBOOK_ALLOW_DIRTY", raising=False)
+    clean_git(monkeypatch)
+
+
+def clean_git(monkeypatch, commit="c0ffee" * 6 + "abcd", status=""):
+    def fake(*args):
+        if args[0] == "rev-parse":
+            return commit
+        if args[0] == "status":
+            return status
+        return None
+
+    monkeypatch.setattr(store_mod, "_git", fake)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,14 +57,30 @@ def test_round_trip(tmp_path):
     assert store.has("exp", "2", cfg) and not store.has("exp", "3", cfg)
     with pytest.raises(StoreError, match="no stored result"):
         store.load("exp", "3", cfg)
+    meta = json.loads((folder / "result.json").read_text())
+    assert meta["format"] == 2 and meta["integrity"]["hashed"] == "at save"
+
+
+def test_nonfinite_round_trip_as_floats(tmp_path):
+    """nan/inf come back as Python floats whatever went in (Python float, numpy float32/64)."""
+    store = Store(tmp_path)
+    scalars = {"a": float("nan"), "b": np.float64("inf"), "c": np.float32("-inf"),
+               "d": [1.0, float("nan")], "e": {"f": np.float64("nan")}}
+    store.save(Result("exp", {"k": 1}, scalars=scalars), "1")
+    back = store.load("exp", "1", {"k": 1}).scalars
+    values = [back["a"], back["b"], back["c"], back["d"][1], back["e"]["f"]]
+    assert all(type(v) is float for v in values)
+    assert math.isnan(back["a"]) and back["b"] == math.inf and back["c"] == -math.inf
+    assert math.isnan(back["d"][1]) and math.isnan(back["e"]["f"]) and back["d"][0] == 1.0
 
 
 def test_config_hash_is_stable():
     assert config_hash({"a": 1, "b": 2}) == config_hash({"b": 2, "a": 1})
     assert config_hash(Cfg()) == config_hash({"widths": [1, 2, 3], "lr": 0.1, "name": "x"})
     assert config_hash(Cfg()) != config_hash(Cfg(lr=0.2))
-    # a fixed value: the hash must not change between runs or machines
+    # fixed values: the hash must not change between runs, machines or store formats
     assert config_hash({"a": 1}) == "015abd7f5cc5"
+    assert config_hash({"a": float("nan")}) == config_hash({"a": "nan"})
 
 
 def test_resume_after_interruption(tmp_path):
@@ -68,30 +105,87 @@ def test_resume_after_interruption(tmp_path):
     np.testing.assert_array_equal(values[4][0]["v"], [4.0, 4.0])
 
 
-def test_demo_experiment_resumes(tmp_path, monkeypatch):
-    """An experiment interrupted mid-sweep resumes from its checkpoints when run again."""
-    monkeypatch.setenv("NTKBOOK_RESULTS", str(tmp_path))
-    config = demo_sweep.Config.smoke()
-    store = Store(tmp_path)
+def _flaky_demo(monkeypatch, config, fail_at=2):
     real = demo_sweep.rms_error
     seen = []
 
     def flaky(n, repeats, seed):
         seen.append(n)
-        if n == config.sample_sizes[2] and seen.count(n) == 1:
+        if n == config.sample_sizes[fail_at] and seen.count(n) == 1:
             raise KeyboardInterrupt
         return real(n, repeats, seed)
 
     monkeypatch.setattr(demo_sweep, "rms_error", flaky)
+    return seen
+
+
+def test_demo_experiment_resumes(tmp_path, monkeypatch):
+    """An experiment interrupted mid-sweep resumes from its checkpoints when run again."""
+    config = demo_sweep.Config.smoke()
+    store = Store(tmp_path / "results")
+    seen = _flaky_demo(monkeypatch, config)
     with pytest.raises(KeyboardInterrupt):
         experiments.run_and_save("demo_sweep", config, store)
     assert not store.has("demo_sweep", demo_sweep.VERSION, config)
+    # checkpoints are outside the results folder: an interrupted run leaves it untouched
+    assert not [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+    assert list(store.points_dir("demo_sweep", demo_sweep.VERSION, config).rglob("*.json"))
     result = experiments.run_and_save("demo_sweep", config, store)
     assert seen == [16, 64, 256, 256, 1024]
     assert result.provenance["resumed_points"] == 2
+    assert result.provenance["code_sha256"] == experiments.code_hash(demo_sweep)
     loaded = store.load("demo_sweep", demo_sweep.VERSION, config)
     np.testing.assert_allclose(loaded["rms_error"], result["rms_error"])
     assert -0.7 < loaded["loglog_slope"] < -0.3
+    # a finished entry leaves no checkpoints behind
+    assert not list(store.points_dir("demo_sweep", demo_sweep.VERSION, config).rglob("*.json"))
+
+
+def test_recompute_clears_checkpoints(tmp_path, monkeypatch):
+    """A planted stale checkpoint survives neither --recompute nor a change of code."""
+    config = demo_sweep.Config.smoke()
+    store = Store(tmp_path)
+    code = experiments.code_hash(demo_sweep)
+    key = f"n={config.sample_sizes[0]}"
+    for planted_code in (code, "0123456789abcdef"):
+        points = store.points("demo_sweep", demo_sweep.VERSION, config, planted_code)
+        points.cached(key, lambda: ({}, {"rms_error": 123.0}))
+    result = experiments.run_and_save("demo_sweep", config, store, recompute=True)
+    assert result["rms_error"][0] != 123.0
+    assert "resumed_points" not in result.provenance
+    # checkpoints of other code are never reused ...
+    other = Store(tmp_path / "other", scratch=store.scratch)
+    stale = other.points("demo_sweep", demo_sweep.VERSION, config, "feedfacefeedface")
+    stale.cached(key, lambda: ({}, {"rms_error": 123.0}))
+    result = experiments.run_and_save("demo_sweep", config, other)
+    assert result["rms_error"][0] != 123.0 and "resumed_points" not in result.provenance
+    # ... while those of the current code are (the planted value is what resuming would use)
+    third = Store(tmp_path / "third", scratch=store.scratch)
+    third.points("demo_sweep", demo_sweep.VERSION, config, code).cached(
+        key, lambda: ({}, {"rms_error": 123.0}))
+    result = experiments.run_and_save("demo_sweep", config, third)
+    assert result["rms_error"][0] == 123.0 and result.provenance["resumed_points"] == 1
+
+
+def test_code_hash_follows_the_code(tmp_path):
+    from ntkbook.experiments import modular_mlp
+
+    h = experiments.code_hash(modular_mlp)
+    assert len(h) == 16 and h == experiments.code_hash(modular_mlp)
+    assert h != experiments.code_hash(demo_sweep)
+    experiments._CODE_HASHES.pop(modular_mlp.__name__)
+    # modular_mlp trains with ntkbook.train: a change there changes the hash
+    import ntkbook.train as train
+
+    real = train.__file__
+    copy = tmp_path / "train.py"
+    copy.write_text(open(real).read() + "\n# changed\n")
+    try:
+        train.__file__ = str(copy)
+        assert experiments.code_hash(modular_mlp) != h
+    finally:
+        train.__file__ = real
+        experiments._CODE_HASHES.pop(modular_mlp.__name__, None)
 
 
 def _saved(tmp_path):
@@ -104,49 +198,218 @@ def _saved(tmp_path):
 def test_corrupt_npz_is_reported(tmp_path):
     store, cfg, folder = _saved(tmp_path)
     (folder / "result.npz").write_bytes(b"not a zip file")
-    with pytest.raises(StoreError, match="corrupt store file .*result.npz"):
+    with pytest.raises(StoreError, match="result.npz does not match the sha256.*--recompute"):
         store.load("exp", "1", cfg)
+    with pytest.raises(StoreError, match="result.npz does not match"):
+        store.has("exp", "1", cfg)
+
+
+def test_truncated_npz_is_not_stored(tmp_path):
+    store, cfg, folder = _saved(tmp_path)
+    data = (folder / "result.npz").read_bytes()
+    (folder / "result.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(StoreError, match="truncated"):
+        store.has("exp", "1", cfg)
+    rows = store.list()
+    assert rows[0]["status"] == "corrupt" and "truncated" in rows[0]["error"]
 
 
 def test_corrupt_json_is_reported(tmp_path):
     store, cfg, folder = _saved(tmp_path)
     (folder / "result.json").write_text("{ truncated")
-    with pytest.raises(StoreError, match="corrupt store file .*result.json"):
+    with pytest.raises(StoreError, match="corrupt store file .*result.json.*--recompute"):
         store.load("exp", "1", cfg)
+
+
+def test_edited_json_value_is_reported(tmp_path):
+    store, cfg, folder = _saved(tmp_path)
+    text = (folder / "result.json").read_text()
+    (folder / "result.json").write_text(text.replace('"s": 1', '"s": 2'))
+    with pytest.raises(StoreError, match="does not match its content hash"):
+        store.load("exp", "1", cfg)
+
+
+def _resign(folder, meta):
+    """Write ``meta`` with a correct content hash (a consistent but wrong entry)."""
+    meta["integrity"]["json_sha256"] = store_mod._json_digest(meta)
+    (folder / "result.json").write_text(json.dumps(meta))
 
 
 def test_mismatched_entry_is_reported(tmp_path):
     store, cfg, folder = _saved(tmp_path)
     meta = json.loads((folder / "result.json").read_text())
     meta["config"] = {"k": 2}
-    (folder / "result.json").write_text(json.dumps(meta))
+    _resign(folder, meta)
     with pytest.raises(StoreError, match="another config"):
         store.load("exp", "1", cfg)
     meta["version"] = "0"
-    (folder / "result.json").write_text(json.dumps(meta))
+    _resign(folder, meta)
     with pytest.raises(StoreError, match="does not match its key"):
         store.load("exp", "1", cfg)
+
+
+def test_npz_from_another_entry_is_reported(tmp_path):
+    store, cfg, folder = _saved(tmp_path)
+    other = store.save(Result("exp", {"k": 2}, arrays={"x": np.zeros(10)}), "1")
+    (folder / "result.npz").write_bytes((other / "result.npz").read_bytes())
+    with pytest.raises(StoreError, match="does not match the sha256"):
+        store.load("exp", "1", cfg)
+
+
+def test_legacy_entry_needs_rehash(tmp_path):
+    """A format-1 entry (no hashes, non-finite strings) is refused until rehashed; rehash turns
+    its strings into floats, adds the hashes and says they were added after the fact."""
+    store, cfg, folder = _saved(tmp_path)
+    meta = json.loads((folder / "result.json").read_text())
+    meta.pop("integrity")
+    meta["format"] = 1
+    meta["scalars"] = {"s": 1, "bad": "nan", "big": ["inf", "-inf", 2.0], "word": "nanny"}
+    (folder / "result.json").write_text(json.dumps(meta))
+    with pytest.raises(StoreError, match="no content hashes.*rehash"):
+        store.load("exp", "1", cfg)
+    assert store.list()[0]["status"] == "legacy"
+    assert "1 non-finite" not in "".join(store.rehash(dry_run=True))
+    with pytest.raises(StoreError, match="no content hashes"):  # a dry run writes nothing
+        store.load("exp", "1", cfg)
+    lines = store.rehash()
+    assert "3 non-finite strings migrated" in lines[0]
+    back = store.load("exp", "1", cfg)
+    assert math.isnan(back["bad"]) and back["big"][:2] == [math.inf, -math.inf]
+    assert back["word"] == "nanny"
+    meta = json.loads((folder / "result.json").read_text())
+    assert meta["integrity"]["hashed"].startswith("after the fact")
+    assert "format 1 -> 2" in meta["migrations"][0]
+    assert "already hashed, verified" in store.rehash()[0]
 
 
 def test_corrupt_checkpoint_is_reported(tmp_path):
     points = PointStore(tmp_path)
     points.cached("p", lambda: ({"a": np.ones(3)}, {}))
     next(tmp_path.glob("*.npz")).write_bytes(b"garbage")
-    with pytest.raises(StoreError, match="corrupt"):
+    with pytest.raises(StoreError, match="does not match its content hash"):
         PointStore(tmp_path).cached("p", lambda: ({"a": np.ones(3)}, {}))
 
 
+def test_edited_checkpoint_is_reported(tmp_path):
+    points = PointStore(tmp_path)
+    points.cached("p", lambda: ({}, {"v": 1.5}))
+    js = next(tmp_path.glob("*.json"))
+    js.write_text(js.read_text().replace("1.5", "2.5"))
+    with pytest.raises(StoreError, match="does not match its content hash"):
+        PointStore(tmp_path).cached("p", lambda: ({}, {"v": 1.5}))
+
+
+def test_checkpoint_of_another_key_is_refused(tmp_path, monkeypatch):
+    points = PointStore(tmp_path)
+    points.cached("p=1", lambda: ({}, {"v": 1.0}))
+    # two keys that land on one file (as a path collision would): the key inside decides
+    monkeypatch.setattr(PointStore, "_path", lambda self, key: self.folder / "same")
+    PointStore(tmp_path).cached("p=1", lambda: ({}, {"v": 1.0}))
+    with pytest.raises(StoreError, match="belongs to point 'p=1', not 'p=2'"):
+        PointStore(tmp_path).cached("p=2", lambda: ({}, {"v": 2.0}))
+
+
+def test_checkpoint_of_other_code_is_refused(tmp_path):
+    PointStore(tmp_path, code="aaaa").cached("p", lambda: ({}, {"v": 1.0}))
+    with pytest.raises(StoreError, match="written by other code"):
+        PointStore(tmp_path, code="bbbb").cached("p", lambda: ({}, {"v": 2.0}))
+
+
+def test_checkpoint_json_is_written_after_its_npz(tmp_path, monkeypatch):
+    """A crash between the two writes of a point must leave it unfinished (recomputed on
+    resume), never a json that claims a point whose arrays are missing."""
+    real = store_mod._atomic_write_bytes
+    written = []
+
+    def crash_on_second(path, data):
+        written.append(path.suffix)
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        real(path, data)
+
+    monkeypatch.setattr(store_mod, "_atomic_write_bytes", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        PointStore(tmp_path).cached("p", lambda: ({"a": np.ones(3)}, {"v": 1}))
+    assert written == [".npz", ".json"]
+    monkeypatch.setattr(store_mod, "_atomic_write_bytes", real)
+    again = PointStore(tmp_path)
+    arrays, scalars = again.cached("p", lambda: ({"a": np.ones(3)}, {"v": 1}))
+    assert again.computed == ["p"] and scalars == {"v": 1}
+
+
+def test_result_json_is_written_after_its_npz(tmp_path, monkeypatch):
+    real = store_mod._atomic_write_bytes
+    order = []
+    monkeypatch.setattr(store_mod, "_atomic_write_bytes",
+                        lambda path, data: (order.append(path.name), real(path, data)))
+    Store(tmp_path).save(Result("exp", {"k": 1}, arrays={"x": np.ones(2)}), "1")
+    assert order == ["result.npz", "result.json"]
+
+
+def test_every_write_is_fsynced(tmp_path, monkeypatch):
+    synced = []
+    real = store_mod.os.fsync
+    monkeypatch.setattr(store_mod.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    PointStore(tmp_path / "p").cached("p", lambda: ({"a": np.ones(3)}, {}))
+    Store(tmp_path / "s").save(Result("exp", {"k": 1}, arrays={"x": np.ones(2)}), "1")
+    assert len(synced) >= 4  # two files per point and per result, each fsynced before rename
+
+
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
-    store = Store(tmp_path)
+    store = Store(tmp_path / "results")
 
     def boom(*a, **k):
-        raise OSError("disk full")
+        raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("ntkbook.store.os.replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreError, match="disk is full"):
         store.save(Result("exp", {"k": 1}, arrays={"x": np.ones(3)}), "1")
     assert not store.has("exp", "1", {"k": 1})
-    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+
+
+def test_lock_refuses_or_waits(tmp_path):
+    config = demo_sweep.Config.smoke()
+    store = Store(tmp_path)
+    with store.lock("demo_sweep", demo_sweep.VERSION, config):
+        with pytest.raises(StoreError, match="being computed by pid"):
+            experiments.run_and_save("demo_sweep", config, store, wait=False)
+    experiments.run_and_save("demo_sweep", config, store, wait=False)
+    assert store.has("demo_sweep", demo_sweep.VERSION, config)
+
+
+def test_provenance_refuses_uncommitted_code(tmp_path, monkeypatch):
+    config = demo_sweep.Config.smoke()
+    store = Store(tmp_path, scale="paper", require_clean=True)
+    clean_git(monkeypatch, status=" M lib/ntkbook/features.py\n?? lib/ntkbook/new.py")
+    with pytest.raises(StoreError, match=r"uncommitted changes \(lib/ntkbook/features.py, "
+                                         r"lib/ntkbook/new.py\).*NTKBOOK_ALLOW_DIRTY"):
+        experiments.run_and_save("demo_sweep", config, store)
+    assert not store.has("demo_sweep", demo_sweep.VERSION, config)
+    monkeypatch.setenv("NTKBOOK_ALLOW_DIRTY", "1")
+    result = experiments.run_and_save("demo_sweep", config, store)
+    prov = store.load("demo_sweep", demo_sweep.VERSION, config).provenance
+    assert prov["git_dirty"] is True and "cannot be reproduced" in prov["WARNING"]
+    assert result.provenance["git_dirty_files"] == ["lib/ntkbook/features.py", "lib/ntkbook/new.py"]
+
+
+def test_provenance_without_git(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "_git", lambda *a: None)
+    config = demo_sweep.Config.smoke()
+    store = Store(tmp_path, scale="paper", require_clean=True)
+    with pytest.raises(StoreError, match="commit of the code is unknown.*NTKBOOK_GIT_COMMIT"):
+        experiments.run_and_save("demo_sweep", config, store)
+    monkeypatch.setenv("NTKBOOK_GIT_COMMIT", "1234abcd")
+    experiments.run_and_save("demo_sweep", config, store)
+    prov = store.load("demo_sweep", demo_sweep.VERSION, config).provenance
+    assert prov["git_commit"] == "1234abcd" and prov["git_commit_source"] == "NTKBOOK_GIT_COMMIT"
+    assert prov["git_dirty"] is None
+
+
+def test_provenance_of_a_clean_tree(tmp_path):
+    prov = store_mod.provenance()
+    assert prov["git_dirty"] is False and prov["git_commit_source"] == "git"
+    assert "WARNING" not in prov
 
 
 def test_cli_list_and_run(tmp_path, monkeypatch, capsys):
@@ -156,9 +419,46 @@ def test_cli_list_and_run(tmp_path, monkeypatch, capsys):
     assert "demo_sweep" in capsys.readouterr().out
     assert cli(["run", "demo_sweep", "--scale", "smoke"]) == 0
     assert "saved demo_sweep" in capsys.readouterr().out
-    assert Store(tmp_path / "cache").has("demo_sweep", demo_sweep.VERSION, demo_sweep.Config.smoke())
+    store = experiments.store_for("smoke")
+    assert store.has("demo_sweep", demo_sweep.VERSION, demo_sweep.Config.smoke())
     assert cli(["run", "demo_sweep", "--scale", "smoke"]) == 0
     assert "already stored" in capsys.readouterr().out
+    assert cli(["verify"]) == 0
+    # a damaged entry: `run` and `verify` fail with the repair command; --recompute repairs it
+    folder = store.entry_dir("demo_sweep", demo_sweep.VERSION, demo_sweep.Config.smoke())
+    (folder / "result.npz").write_bytes(b"")
+    assert cli(["run", "demo_sweep", "--scale", "smoke"]) == 2
+    assert "--scale smoke --recompute" in capsys.readouterr().err
+    assert cli(["verify"]) == 1
+    assert "corrupt" in capsys.readouterr().out
+    assert cli(["list"]) == 0
+    assert "CORRUPT" in capsys.readouterr().out
+    assert cli(["run", "demo_sweep", "--scale", "smoke", "--recompute"]) == 0
+    assert cli(["verify"]) == 0
+
+
+def test_cli_results_folder_at_smoke_scale(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NTKBOOK_CACHE", str(tmp_path / "cache"))
+    assert cli(["run", "demo_sweep", "--scale", "smoke", "--results", str(tmp_path / "mine")]) == 0
+    assert Store(tmp_path / "mine").has("demo_sweep", demo_sweep.VERSION, demo_sweep.Config.smoke())
+    assert not (tmp_path / "cache").exists()
+
+
+def test_cli_set_overrides(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "mine"
+    assert cli(["run", "demo_sweep", "--scale", "smoke", "--results", str(out),
+                "--set", "sample_sizes=16,32", "--set", "repeats=20"]) == 0
+    config = demo_sweep.Config(sample_sizes=(16, 32), repeats=20)
+    assert Store(out).load("demo_sweep", demo_sweep.VERSION, config)["rms_error"].shape == (2,)
+    assert cli(["run", "demo_sweep", "--scale", "smoke", "--set", "repeat=3"]) == 2
+    err = capsys.readouterr().err
+    assert "no config field 'repeat'" in err and "repeats, sample_sizes, seed" in err
+    assert cli(["run", "demo_sweep", "--scale", "smoke", "--set", "repeats=0.5"]) == 2
+    assert "demo_sweep.repeats is a int" in capsys.readouterr().err
+    parsed = experiments.parse_overrides("demo_sweep", "smoke", ["sample_sizes=[8, 9]", "seed=2"])
+    assert parsed == {"sample_sizes": (8, 9), "seed": 2}
+    with pytest.raises(experiments.ConfigError, match="valid fields: repeats, sample_sizes, seed"):
+        experiments.load_or_run("demo_sweep", "smoke", samples=3)
 
 
 def test_load_or_run_paper_uses_store(tmp_path, monkeypatch):

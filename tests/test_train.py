@@ -135,3 +135,32 @@ def test_keep_last_batch_and_replayed_order():
     with pytest.raises(ValueError, match="shape"):
         fit(loss, {"w": jnp.zeros(4)}, optax.sgd(lr), (x, y), epochs=3, batch_size=32,
             batch_order=order, show_progress=False)
+
+
+def test_training_record_and_require_trained():
+    from ntkbook.train import NotTrained, require_trained, training_record
+
+    rec = training_record([1.0, 0.995, 0.4, float("nan")], [1e-6, 1e-5, 0.3, 0.1],
+                          min_train_acc=0.99, labels=["a", "b", "c", "d"])
+    assert [m["trained"] for m in rec["models"]] == [True, True, False, False]
+    assert not rec["all_trained"] and rec["criterion"] == "final training accuracy >= 0.99"
+    with pytest.raises(NotTrained, match=r"2 of 4 model\(s\) did not train.*c \(final training "
+                                         r"accuracy 0.4, final training loss 0.3\); d"):
+        require_trained(rec, "demo")
+    ok = training_record([1.0, 0.99], min_train_acc=0.99)
+    require_trained(ok)
+    assert ok["models"][1]["label"] == "model 1"
+    both = training_record(1.0, 0.5, min_train_acc=0.9, max_train_loss=0.1)
+    assert both["models"][0]["trained"] is False and "loss <= 0.1" in both["criterion"]
+    with pytest.raises(ValueError, match="criterion"):
+        training_record([1.0])
+    with pytest.raises(TypeError, match="training_record"):
+        require_trained({"all_trained": True})
+
+
+def test_fit_catches_finite_blow_up_of_a_real_model():
+    """lr = 1e4 on least squares: the loss grows without becoming inf for many steps."""
+    x, y = _problem()
+    with pytest.raises(TrainingDiverged, match="more than 1e\\+04 times"):
+        fit(loss, {"w": jnp.zeros(4)}, optax.sgd(1e4), (x, y), epochs=50, batch_size=32,
+            show_progress=False)

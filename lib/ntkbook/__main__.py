@@ -1,4 +1,10 @@
-"""Command line: ``python -m ntkbook list`` and ``python -m ntkbook run NAME --scale S``."""
+"""Command line of the results store.
+
+``python -m ntkbook list``                        experiments and the state of their entries
+``python -m ntkbook run NAME --scale S``          compute an entry (``--set key=value`` overrides)
+``python -m ntkbook verify``                      check every entry's content hashes
+``python -m ntkbook rehash``                      add content hashes to entries from before them
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,14 @@ import os
 import sys
 
 from ntkbook import experiments
-from ntkbook.store import Store, config_hash
+from ntkbook.store import ALLOW_DIRTY_ENV, StoreError, config_hash
+
+
+def _state(store, name: str, version: str, config) -> str:
+    try:
+        return "stored (verified)" if store.has(name, version, config) else "missing"
+    except StoreError as exc:
+        return f"CORRUPT: {exc}"
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -15,45 +28,99 @@ def _cmd_list(args: argparse.Namespace) -> int:
         module = experiments.get(name)
         doc = (module.__doc__ or "").strip().splitlines()[0]
         print(f"{name}  (version {module.VERSION})  {doc}")
-        for scale, root in (("paper", experiments.results_dir()), ("smoke", experiments.cache_dir())):
+        for scale in experiments.SCALES:
+            store = experiments.store_for(scale, args.results)
             config = experiments.make_config(name, scale)
-            store = Store(root)
-            state = "stored" if store.has(name, module.VERSION, config) else "missing"
-            print(f"    {scale:5s} {config_hash(config)}  {state}  ({store.entry_dir(name, module.VERSION, config)})")
+            state = _state(store, name, module.VERSION, config)
+            print(f"    {scale:5s} {config_hash(config)}  {state}  "
+                  f"({store.entry_dir(name, module.VERSION, config)})")
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     if args.data is not None:
         os.environ["NTKBOOK_DATA"] = args.data
-    if args.results is not None:
-        os.environ["NTKBOOK_RESULTS"] = args.results
-    config = experiments.make_config(args.name, args.scale)
-    root = experiments.results_dir() if args.scale == "paper" else experiments.cache_dir()
-    store = Store(root)
+    if args.allow_dirty:
+        os.environ[ALLOW_DIRTY_ENV] = "1"
+    overrides = experiments.parse_overrides(args.name, args.scale, args.set or [])
+    config = experiments.make_config(args.name, args.scale, **overrides)
+    store = experiments.store_for(args.scale, args.results)
     module = experiments.get(args.name)
-    if store.has(args.name, module.VERSION, config) and not args.recompute:
-        print(f"{args.name} at {args.scale} scale is already stored in "
-              f"{store.entry_dir(args.name, module.VERSION, config)} (use --recompute to redo it)")
+    folder = store.entry_dir(args.name, module.VERSION, config)
+    if not args.recompute and store.has(args.name, module.VERSION, config, wait=not args.no_wait):
+        print(f"{args.name} at {args.scale} scale is already stored in {folder} "
+              f"(content hashes verified; use --recompute to redo it)")
         return 0
-    result = experiments.run_and_save(args.name, config, store)
-    print(f"saved {args.name} to {store.entry_dir(args.name, module.VERSION, config)} "
-          f"in {result.provenance['wall_time_s']:.1f}s on {result.provenance['device']}")
+    result = experiments.run_and_save(args.name, config, store, recompute=args.recompute,
+                                      wait=not args.no_wait)
+    wall = result.provenance.get("wall_time_s", float("nan"))
+    print(f"saved {args.name} to {folder} in {wall:.1f}s on {result.provenance.get('device')}")
+    return 0
+
+
+def _roots(args: argparse.Namespace):
+    if args.results is not None:
+        return [experiments.store_for("paper", args.results)]
+    return [experiments.store_for(scale) for scale in experiments.SCALES]
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    bad = 0
+    for store in _roots(args):
+        for row in store.list():
+            line = f"{row['status']:10s} {store.root / row['name'] / row['entry']}"
+            if row["status"] == "ok":
+                line += f"  commit {str(row.get('git_commit'))[:10]}  dirty {row.get('git_dirty')}"
+            else:
+                bad += row["status"] != "unfinished"
+                line += f"\n           {row.get('error', '')}"
+            print(line)
+    return 1 if bad else 0
+
+
+def _cmd_rehash(args: argparse.Namespace) -> int:
+    for store in _roots(args):
+        for line in store.rehash(dry_run=args.dry_run):
+            print(line)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ntkbook", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ntkbook", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list experiments and whether their results are stored")
+    results_help = ("results folder (default: $NTKBOOK_RESULTS or results/ for paper scale, "
+                    "$NTKBOOK_CACHE or .cache/results for smoke scale)")
+    ls = sub.add_parser("list", help="list experiments and whether their results are stored")
+    ls.add_argument("--results", help=results_help)
     run = sub.add_parser("run", help="compute an experiment and store its result")
     run.add_argument("name", choices=sorted(experiments.EXPERIMENTS))
     run.add_argument("--scale", choices=experiments.SCALES, default="paper")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="override a config field (repeatable), e.g. --set seeds=[0,1] --set lr=1e-3")
     run.add_argument("--data", help="data directory (else $NTKBOOK_DATA, then the user cache)")
-    run.add_argument("--results", help="results directory (else $NTKBOOK_RESULTS or results/)")
-    run.add_argument("--recompute", action="store_true", help="recompute even when stored")
+    run.add_argument("--results", help=results_help)
+    run.add_argument("--recompute", action="store_true",
+                     help="recompute even when stored, discarding the entry's checkpoints")
+    run.add_argument("--no-wait", action="store_true",
+                     help="fail at once if another run of the same entry holds its lock")
+    run.add_argument("--allow-dirty", action="store_true",
+                     help=f"store a paper-scale result computed from uncommitted code, marked as "
+                          f"such in its provenance (same as {ALLOW_DIRTY_ENV}=1)")
+    for cmd, helptext in (("verify", "check the content hashes of every stored entry"),
+                          ("rehash", "add content hashes to entries written before them")):
+        p = sub.add_parser(cmd, help=helptext)
+        p.add_argument("--results", help="only this results folder (default: paper and smoke "
+                                         "folders)")
+        if cmd == "rehash":
+            p.add_argument("--dry-run", action="store_true", help="say what would change")
     args = parser.parse_args(argv)
-    return {"list": _cmd_list, "run": _cmd_run}[args.command](args)
+    commands = {"list": _cmd_list, "run": _cmd_run, "verify": _cmd_verify, "rehash": _cmd_rehash}
+    try:
+        return commands[args.command](args)
+    except (StoreError, experiments.ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

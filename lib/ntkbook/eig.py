@@ -236,12 +236,31 @@ def lanczos_topk(
     )
 
 
-def dense_topk(matrix, k: int) -> EigResult:
-    """Top-``k`` eigenpairs of a dense symmetric matrix by ``eigh`` (residuals computed exactly)."""
+def dense_topk(matrix, k: int, *, rtol: float | None = None) -> EigResult:
+    """Top-``k`` eigenpairs of a dense symmetric matrix by ``eigh`` (residuals computed exactly).
+
+    The matrix must be finite and symmetric to ``rtol`` (``||A - A^T||_F <= rtol ||A||_F``;
+    default ``1e-8`` for float64 and ``1e-3`` for lower precision, as in :func:`lanczos_topk`):
+    ``eigh`` reads only one triangle, so a non-symmetric input would otherwise give the
+    eigenpairs of a different matrix without a word.
+    """
     A = jnp.asarray(matrix)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"matrix must be square, got shape {A.shape}")
     _check_k(A.shape[0], k)
+    if not bool(jnp.all(jnp.isfinite(A))):
+        raise ValueError(
+            f"matrix holds {int(jnp.sum(~jnp.isfinite(A)))} non-finite value(s) (NaN or inf)"
+        )
+    if rtol is None:
+        rtol = 1e-8 if jnp.finfo(A.dtype).bits >= 64 else 1e-3
+    size = float(jnp.linalg.norm(A))
+    asym = float(jnp.linalg.norm(A - A.T))
+    if asym > rtol * size:
+        raise ValueError(
+            f"matrix is not symmetric: ||A - A^T||_F / ||A||_F = {asym / size:.2e} > rtol = "
+            f"{rtol:g}. Symmetrise it explicitly ((A + A.T) / 2) if the asymmetry is round-off."
+        )
     w, V = jnp.linalg.eigh(A)
     w, V = w[::-1][:k], V[:, ::-1][:, :k]
     res = jnp.linalg.norm(jnp.matmul(A, V, precision=jax.lax.Precision.HIGHEST) - V * w, axis=0)
@@ -259,6 +278,11 @@ def hvp_operator(loss_fn: Callable, params):
     from jax.flatten_util import ravel_pytree
 
     flat, unravel = ravel_pytree(params)
+    if not bool(jnp.all(jnp.isfinite(flat))):
+        raise ValueError(
+            f"params hold {int(jnp.sum(~jnp.isfinite(flat)))} non-finite value(s) (NaN or inf); "
+            f"the Hessian there is meaningless (a diverged training run?)"
+        )
     grad = jax.grad(lambda th: loss_fn(unravel(th)))
 
     @jax.jit

@@ -121,6 +121,8 @@ class _Params:
         self.paths = [p for p, _ in flat]
         self.leaves = [jnp.asarray(leaf) for _, leaf in flat]
         self.names = [keystr(p) for p in self.paths]
+        for name, leaf in zip(self.names, self.leaves):
+            _check_finite(leaf, f"parameter {name}")
 
     def indices(self, param_filter: Filter, *, what: str = "param_filter") -> list[int]:
         pred = _compile_filter(param_filter)
@@ -194,15 +196,44 @@ def default_layers(params) -> dict[str, Callable[[tuple], bool]]:
 # --------------------------------------------------------------------------------------------------
 # input checks
 # --------------------------------------------------------------------------------------------------
+_CONVENTION = (
+    "Convention: x1 and x2 are batches of shape (N, *feature_shape), and f(params, x) maps ONE "
+    "example x of shape feature_shape to a vector of shape (C,); a single example x is passed "
+    "as x[None]."
+)
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _check_finite(x, what: str) -> None:
+    """Raise ``ValueError`` if the (concrete, floating) array ``x`` holds NaN or inf."""
+    if not _is_concrete(x) or not jnp.issubdtype(x.dtype, jnp.inexact):
+        return
+    bad = ~jnp.isfinite(x)
+    if bool(jnp.any(bad)):
+        first = np.unravel_index(int(jnp.argmax(bad.reshape(-1))), x.shape) if x.ndim else ()
+        raise ValueError(
+            f"{what} holds {int(jnp.sum(bad))} non-finite value(s) (NaN or inf; the first at index "
+            f"{tuple(int(i) for i in first)}); the eNTK of such input is meaningless. Check the "
+            f"data or the training run that produced them."
+        )
+
+
 def _check_inputs(x1, x2):
     x1 = jnp.asarray(x1)
     if x1.ndim < 1 or x1.shape[0] == 0:
-        raise ValueError(f"x1 must be a non-empty batch with a leading example axis, got {x1.shape}")
+        raise ValueError(f"x1 must be a non-empty batch with a leading example axis, got shape "
+                         f"{x1.shape}. {_CONVENTION}")
+    _check_finite(x1, "x1")
     if x2 is None:
         return x1, None
     x2 = jnp.asarray(x2)
     if x2.ndim < 1 or x2.shape[0] == 0:
-        raise ValueError(f"x2 must be a non-empty batch with a leading example axis, got {x2.shape}")
+        raise ValueError(f"x2 must be a non-empty batch with a leading example axis, got shape "
+                         f"{x2.shape}. {_CONVENTION}")
+    _check_finite(x2, "x2")
     if x1.shape[1:] != x2.shape[1:]:
         raise ValueError(
             f"x1 and x2 have mismatched per-example feature shapes: {x1.shape[1:]} vs {x2.shape[1:]} "
@@ -212,12 +243,25 @@ def _check_inputs(x1, x2):
 
 
 def _num_outputs(f, params, x_one) -> int:
-    out = jax.eval_shape(f, params, x_one)
+    try:
+        out = jax.eval_shape(f, params, x_one)
+    except Exception as exc:
+        raise ValueError(
+            f"f(params, x) failed on one example x = x1[0] of shape {x_one.shape} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
+            f"{_CONVENTION} If x1 is one example rather than a batch, pass x1[None]; if f "
+            f"expects a batch, wrap it: lambda p, x: f(p, x[None])[0] (or use split_model)."
+        ) from exc
     if not hasattr(out, "shape") or len(out.shape) != 1:
         shape = getattr(out, "shape", type(out).__name__)
+        hint = ""
+        if hasattr(out, "shape") and len(out.shape) == 2 and out.shape[0] == 1:
+            hint = " (a batch axis of 1: f treats x as a batch; use lambda p, x: f(p, x[None])[0])"
+        elif hasattr(out, "shape") and len(out.shape) == 0:
+            hint = " (a scalar: return f(...)[None] for C = 1)"
         raise ValueError(
             "f(params, x) must map ONE example x to a vector of C outputs (shape (C,)); "
-            f"got output shape {shape} for an example of shape {x_one.shape}"
+            f"got output shape {shape} for an example of shape {x_one.shape}{hint}. {_CONVENTION}"
         )
     return int(out.shape[0])
 
@@ -354,6 +398,13 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
         ks = tuple(
             jnp.transpose(k, (0, 2, 1, 3)).reshape(k.shape[0] * C, k.shape[1] * C) for k in ks
         )
+    for k in ks:
+        if _is_concrete(k) and not bool(jnp.all(jnp.isfinite(k))):
+            raise FloatingPointError(
+                "the eNTK has non-finite entries although inputs and parameters are finite: the "
+                "model's outputs or gradients overflow at these parameters (a diverged training "
+                "run?). Use float64 (jax_enable_x64) or check the parameters."
+            )
     return ks
 
 
@@ -439,6 +490,7 @@ class KernelOperator:
         v = jnp.asarray(v, dtype=self.dtype)
         if v.shape != (self.dim,):
             raise ValueError(f"expected a vector of shape ({self.dim},), got {v.shape}")
+        _check_finite(v, "the vector v of K v")
         return self._fn(v)
 
     def __repr__(self):

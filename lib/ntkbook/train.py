@@ -6,6 +6,11 @@ steps; it logs the mean loss per epoch and any metrics you ask for, reports prog
 :class:`TrainingDiverged` naming the epoch and step at which the run blew up: the loss or the
 gradient became NaN or infinite, or the loss rose far above its starting value (a finite
 blow-up, e.g. a loss of 1e248 with too large a learning rate, is caught too).
+
+A run that ends without blowing up may still not have trained. :func:`training_record` states,
+per model, the final training accuracy/loss against a stated criterion, for an experiment to
+store in its result; :func:`require_trained` is what a chapter calls before drawing a conclusion
+from those models: it raises :class:`NotTrained` naming the models that did not train.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import optax
 
 from ntkbook.progress import Progress
 
-__all__ = ["fit", "TrainResult", "TrainingDiverged"]
+__all__ = ["fit", "TrainResult", "TrainingDiverged", "NotTrained", "training_record", "require_trained"]
 
 Params = Any
 Batch = tuple[jax.Array, ...]
@@ -207,3 +212,88 @@ def fit(
         if bar is not None:
             bar.close()
     return TrainResult(params=params, history={k: np.asarray(v) for k, v in history.items()})
+
+
+class NotTrained(RuntimeError):
+    """A conclusion was about to be drawn from a model that did not train."""
+
+
+def training_record(
+    final_train_acc: Any = None,
+    final_train_loss: Any = None,
+    *,
+    min_train_acc: float | None = None,
+    max_train_loss: float | None = None,
+    labels: list[str] | None = None,
+) -> dict[str, Any]:
+    """Whether each of a set of models trained, by a stated criterion (JSON-able, for a result).
+
+    Args:
+      final_train_acc: final training accuracy per model, shape ``(M,)`` (or a scalar).
+      final_train_loss: final training loss per model, shape ``(M,)`` (or a scalar).
+      min_train_acc: a model trained if its final training accuracy is at least this ...
+      max_train_loss: ... and its final training loss at most this (either may be ``None``).
+      labels: one name per model (default ``model 0``, ``model 1``, ...).
+
+    Returns:
+      ``{"criterion": str, "models": [{"label", "final_train_acc", "final_train_loss",
+      "trained"}], "all_trained": bool}``. A NaN accuracy or loss never counts as trained.
+    """
+    if min_train_acc is None and max_train_loss is None:
+        raise ValueError("give min_train_acc and/or max_train_loss: the criterion for 'trained'")
+    acc = None if final_train_acc is None else np.atleast_1d(np.asarray(final_train_acc, float))
+    loss = None if final_train_loss is None else np.atleast_1d(np.asarray(final_train_loss, float))
+    if min_train_acc is not None and acc is None:
+        raise ValueError("min_train_acc needs final_train_acc")
+    if max_train_loss is not None and loss is None:
+        raise ValueError("max_train_loss needs final_train_loss")
+    m = len(acc) if acc is not None else len(loss)
+    if acc is not None and loss is not None and len(loss) != m:
+        raise ValueError(f"{m} accuracies but {len(loss)} losses")
+    labels = labels or [f"model {i}" for i in range(m)]
+    if len(labels) != m:
+        raise ValueError(f"{m} models but {len(labels)} labels")
+    parts = []
+    if min_train_acc is not None:
+        parts.append(f"final training accuracy >= {min_train_acc:g}")
+    if max_train_loss is not None:
+        parts.append(f"final training loss <= {max_train_loss:g}")
+    models = []
+    for i in range(m):
+        a = None if acc is None else float(acc[i])
+        lo = None if loss is None else float(loss[i])
+        ok = True
+        if min_train_acc is not None:
+            ok &= bool(np.isfinite(a) and a >= min_train_acc)
+        if max_train_loss is not None:
+            ok &= bool(np.isfinite(lo) and lo <= max_train_loss)
+        models.append({"label": labels[i], "final_train_acc": a, "final_train_loss": lo,
+                       "trained": ok})
+    return {"criterion": " and ".join(parts), "models": models,
+            "all_trained": all(r["trained"] for r in models)}
+
+
+def require_trained(record: Mapping[str, Any], what: str = "this result") -> None:
+    """Raise :class:`NotTrained` unless every model of a :func:`training_record` trained.
+
+    A chapter calls it before it draws any conclusion from the models (kernels, spectra,
+    alignments of an untrained network say nothing about what training does).
+    """
+    if not isinstance(record, Mapping) or "models" not in record:
+        raise TypeError("require_trained expects the dict made by ntkbook.train.training_record")
+    bad = [r for r in record["models"] if not r["trained"]]
+    if bad:
+        def show(r):
+            vals = []
+            if r.get("final_train_acc") is not None:
+                vals.append(f"final training accuracy {r['final_train_acc']:.4g}")
+            if r.get("final_train_loss") is not None:
+                vals.append(f"final training loss {r['final_train_loss']:.4g}")
+            return f"{r['label']} ({', '.join(vals)})"
+
+        raise NotTrained(
+            f"{what}: {len(bad)} of {len(record['models'])} model(s) did not train by the "
+            f"criterion '{record['criterion']}': {'; '.join(show(r) for r in bad)}. No conclusion "
+            f"is drawn from an untrained model: check the learning rate, the epochs and the "
+            f"training curves, then recompute."
+        )

@@ -15,18 +15,22 @@ Each experiment module defines
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import pkgutil
-import time
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ntkbook.progress import format_seconds
-from ntkbook.store import Result, Store, config_hash, provenance
+from ntkbook.store import Result, Store, config_hash
 
-__all__ = ["EXPERIMENTS", "get", "make_config", "load_or_run", "results_dir", "cache_dir"]
+__all__ = [
+    "EXPERIMENTS", "ConfigError", "get", "make_config", "parse_overrides", "load_or_run", "run_and_save",
+    "results_dir", "cache_dir", "scratch_dir", "store_for", "code_hash",
+]
 
 #: name -> module path of every experiment: each module of this package (its file name is its
 #: ``NAME``), found without importing it.
@@ -37,6 +41,10 @@ EXPERIMENTS: dict[str, str] = {
 }
 
 SCALES = ("smoke", "paper")
+
+
+class ConfigError(TypeError, ValueError):
+    """A config override that names no field of the experiment's Config, or has the wrong type."""
 
 
 def get(name: str) -> ModuleType:
@@ -50,13 +58,96 @@ def get(name: str) -> ModuleType:
 
 
 def make_config(name: str, scale: str, **overrides: Any):
-    """``Config.smoke()`` or ``Config.paper()`` of experiment ``name``, with field overrides."""
+    """``Config.smoke()`` or ``Config.paper()`` of experiment ``name``, with field overrides.
+
+    An unknown field is a ``TypeError`` that lists the valid ones.
+    """
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     import dataclasses
 
     config = getattr(get(name).Config, scale)()
-    return dataclasses.replace(config, **overrides) if overrides else config
+    if not overrides:
+        return config
+    fields = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ConfigError(
+            f"{name} has no config field(s) {', '.join(unknown)}; valid fields: "
+            f"{', '.join(sorted(fields))}"
+        )
+    return dataclasses.replace(config, **overrides)
+
+
+def parse_overrides(name: str, scale: str, assignments: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` (from ``--set``) to config overrides of the fields' types.
+
+    A value is read as JSON where it can be (``3``, ``1e-3``, ``true``, ``[1,2]``, ``null``),
+    else as a string; comma-separated values fill a tuple field. It is then converted to the type
+    of the field's preset value (an int field refuses ``0.5``; a tuple field gets a tuple).
+    """
+    import dataclasses
+    import json
+
+    config = make_config(name, scale)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    out: dict[str, Any] = {}
+    for text in assignments:
+        key, sep, raw = text.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ConfigError(f"--set expects key=value, got {text!r}")
+        if key not in fields:
+            raise ConfigError(
+                f"{name} has no config field {key!r}; valid fields: {', '.join(sorted(fields))}"
+            )
+        current = fields[key]
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if isinstance(current, tuple) and not isinstance(value, list):
+            value = [json.loads(v) if _is_json(v) else v for v in raw.split(",") if v.strip()]
+        out[key] = _coerce(name, key, value, current)
+    return out
+
+
+def _is_json(text: str) -> bool:
+    import json
+
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _coerce(name: str, key: str, value: Any, current: Any) -> Any:
+    bad = ConfigError(f"{name}.{key} is a {type(current).__name__} (preset {current!r}); got {value!r}")
+    if current is None or value is None:
+        return value
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if isinstance(current, int):
+        if isinstance(value, bool) or not (isinstance(value, int) or
+                                           (isinstance(value, float) and value.is_integer())):
+            raise bad
+        return int(value)
+    if isinstance(current, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if isinstance(current, str):
+        return value if isinstance(value, str) else str(value)
+    if isinstance(current, tuple):
+        if not isinstance(value, list):
+            raise bad
+        if current:
+            return tuple(_coerce(name, key, v, current[0]) for v in value)
+        return tuple(value)
+    return value
 
 
 def _repo_root() -> Path:
@@ -73,44 +164,83 @@ def cache_dir() -> Path:
     return Path(os.environ.get("NTKBOOK_CACHE", _repo_root() / ".cache" / "results"))
 
 
-def run_and_save(name: str, config: Any, store: Store) -> Result:
-    """Run experiment ``name`` with ``config``, checkpointing points in ``store``, and save."""
-    module = get(name)
-    points = store.points(name, module.VERSION, config)
-    est = getattr(module, "estimate_seconds", None)
-    msg = f"computing {name} (config {config_hash(config)})"
-    if est is not None:
-        msg += f", roughly {format_seconds(est(config))} on 2 CPU cores"
-    print(msg, flush=True)
-    t0 = time.perf_counter()
-    result = module.run(config, points)
-    result.provenance = {**provenance(), **result.provenance, "wall_time_s": time.perf_counter() - t0}
-    if points.reused:
-        result.provenance["resumed_points"] = len(points.reused)
-    store.save(result, module.VERSION)
-    # The result is complete: its per-point checkpoints are no longer needed.
-    if points.folder is not None:
-        import shutil
+def scratch_dir() -> Path:
+    """Checkpoints and locks: ``$NTKBOOK_SCRATCH`` or ``<repo>/.cache/store`` (git-ignored)."""
+    return Path(os.environ.get("NTKBOOK_SCRATCH", _repo_root() / ".cache" / "store"))
 
-        shutil.rmtree(points.folder, ignore_errors=True)
-    return result
+
+def store_for(scale: str, root: str | os.PathLike | None = None) -> Store:
+    """The store of a scale: paper results in :func:`results_dir` (computed only from committed
+    code), smoke results in :func:`cache_dir`; ``root`` overrides the folder for either scale."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    default = results_dir() if scale == "paper" else cache_dir()
+    folder = Path(root) if root is not None else default
+    root_id = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:12]
+    return Store(folder, scratch=scratch_dir() / root_id, scale=scale,
+                 require_clean=(scale == "paper"), cli_root=root is not None)
+
+
+_CODE_HASHES: dict[str, str] = {}
+_NOT_CODE = {"ntkbook", "ntkbook.store", "ntkbook.progress", "ntkbook.report", "ntkbook.experiments"}
+
+
+def code_hash(module: ModuleType) -> str:
+    """sha256 (16 hex digits) of the source of an experiment module and of every ``ntkbook``
+    module it uses, directly or through them (the store, progress bars and formatting excluded:
+    they do not change results). Checkpoints are keyed by it, so changed code never reuses them."""
+    if module.__name__ in _CODE_HASHES:
+        return _CODE_HASHES[module.__name__]
+    seen: dict[str, ModuleType] = {}
+    todo = [module]
+    while todo:
+        mod = todo.pop()
+        if mod.__name__ in seen:
+            continue
+        seen[mod.__name__] = mod
+        for value in vars(mod).values():
+            dep = value if isinstance(value, ModuleType) else sys.modules.get(
+                getattr(value, "__module__", None) or "")
+            if (dep is not None and isinstance(getattr(dep, "__name__", None), str)
+                    and dep.__name__.startswith("ntkbook") and dep.__name__ not in _NOT_CODE
+                    and dep.__name__ not in seen and getattr(dep, "__file__", None)):
+                todo.append(dep)
+    digest = hashlib.sha256()
+    for modname in sorted(seen):
+        digest.update(modname.encode() + b"\0" + Path(seen[modname].__file__).read_bytes() + b"\0")
+    _CODE_HASHES[module.__name__] = digest.hexdigest()[:16]
+    return _CODE_HASHES[module.__name__]
+
+
+def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = False,
+                 wait: bool = True) -> Result:
+    """Run experiment ``name`` with ``config``, checkpointing points, and save it in ``store``.
+
+    Holds the entry's lock (see :meth:`ntkbook.store.Store.get_or_compute`): a concurrent run of
+    the same entry is waited for and its result loaded. Without ``recompute`` a stored, verified
+    entry is loaded, not recomputed.
+    """
+    module = get(name)
+    code = code_hash(module)
+
+    def announce() -> None:
+        est = getattr(module, "estimate_seconds", None)
+        msg = f"computing {name} (config {config_hash(config)}, code {code})"
+        if est is not None:
+            msg += f", roughly {format_seconds(est(config))} on 2 CPU cores"
+        print(msg, flush=True)
+
+    return store.get_or_compute(name, module.VERSION, config, lambda points: module.run(config, points),
+                                code=code, recompute=recompute, wait=wait, on_start=announce)
 
 
 def load_or_run(name: str, scale: str = "paper", *, recompute: bool = False, **overrides: Any) -> Result:
     """The result of experiment ``name`` at ``scale``.
 
-    Paper scale: loaded from :func:`results_dir` when stored, else computed and saved there.
+    Paper scale: loaded from :func:`results_dir` when stored (after checking its content hashes),
+    else computed and saved there (only from committed code, see :class:`ntkbook.store.Store`).
     Smoke scale: always computed from scratch (saved under :func:`cache_dir`).
     """
     config = make_config(name, scale, **overrides)
-    module = get(name)
-    if scale == "paper":
-        store = Store(results_dir())
-        if store.has(name, module.VERSION, config) and not recompute:
-            return store.load(name, module.VERSION, config)
-    else:
-        store = Store(cache_dir())
-        import shutil
-
-        shutil.rmtree(store.entry_dir(name, module.VERSION, config), ignore_errors=True)
-    return run_and_save(name, config, store)
+    store = store_for(scale)
+    return run_and_save(name, config, store, recompute=recompute or scale == "smoke")

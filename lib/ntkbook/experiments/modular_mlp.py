@@ -34,7 +34,8 @@ from ntkbook import features as F
 from ntkbook.models import modular as M
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
-from ntkbook.train import fit
+from ntkbook.train import fit, training_record
+from ntkbook.train import require_trained as _require_trained
 
 NAME = "modular_mlp"
 VERSION = "1"
@@ -473,7 +474,28 @@ def _assemble(config, snap_epochs, hists, spectra, infos, eigvecs, lanczos, base
         "kernel_seconds_median": float(np.nanmedian(kernel_seconds)),
         "eig_seconds_median": float(np.nanmedian(eig_seconds)),
     }
-    return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays, scalars=scalars)
+    result = Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays, scalars=scalars)
+    result.scalars["training"] = training(result)
+    return result
+
+
+#: a seed's model trained if it fits its training set: final training accuracy at least this
+#: (the level at which "memorisation" is dated)
+MIN_TRAIN_ACC = 0.99
+
+
+def training(result: Result) -> dict[str, Any]:
+    """Whether each seed's model trained (:func:`ntkbook.train.training_record`), derived from
+    the stored training curves, so results stored before this record existed have it too."""
+    return training_record(np.asarray(result["train_acc"])[:, -1],
+                           np.asarray(result["train_loss"])[:, -1], min_train_acc=MIN_TRAIN_ACC,
+                           labels=[f"seed {s}" for s in result.config["seeds"]])
+
+
+def require_trained(result: Result) -> None:
+    """Raise :class:`ntkbook.train.NotTrained` unless every seed's model trained."""
+    _require_trained(training(result), f"{NAME} (p={result.config['p']}, "
+                                       f"{result.config['activation']}, lr={result.config['lr']})")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,284 @@
+"""Faults injected on purpose into the results store, with the demo experiment (seconds each).
+
+Each fault must end in a clear error (a :class:`StoreError` that names the file and the repair)
+or in a correct resume, and nothing finished may be lost:
+
+- truncated and bit-flipped payloads (result npz, result json, checkpoints);
+- two processes computing one entry at once;
+- ``kill -9`` in the middle of a sweep, then a rerun;
+- a read-only results folder;
+- a full disk, via a small file-size limit (``RLIMIT_FSIZE``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ntkbook import store as store_mod
+from ntkbook.experiments import demo_sweep
+from ntkbook.store import PointStore, Result, Store, StoreError
+
+LIB = Path(__file__).resolve().parents[1] / "lib"
+CONFIG = demo_sweep.Config.smoke()
+
+# A child process: the CLI, with the demo's point function logged (and slowed or stalled).
+CHILD = r"""
+import os, sys, time
+from ntkbook.experiments import demo_sweep
+real = demo_sweep.rms_error
+def logged(n, repeats, seed):
+    with open(os.environ["FAULT_LOG"], "a") as fh:
+        fh.write(f"{os.getpid()} {n}\n")
+    if n == int(os.environ.get("FAULT_STALL_AT", "-1")):
+        time.sleep(120)
+    time.sleep(float(os.environ.get("FAULT_DELAY", "0")))
+    return real(n, repeats, seed)
+demo_sweep.rms_error = logged
+from ntkbook.__main__ import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("NTKBOOK_SCRATCH", str(tmp_path / "scratch"))
+    e = dict(os.environ, PYTHONPATH=str(LIB), PYTHONDONTWRITEBYTECODE="1",
+             NTKBOOK_SCRATCH=str(tmp_path / "scratch"), NTKBOOK_CACHE=str(tmp_path / "cache"),
+             FAULT_LOG=str(tmp_path / "log"), JAX_PLATFORMS="cpu")
+    return e
+
+
+def child(env, results, *args, wait=True, preexec_fn=None, prefix=(), **extra):
+    cmd = [*prefix, sys.executable, "-c", CHILD, "run", "demo_sweep", "--scale", "smoke",
+           "--results", str(results), *args]
+    proc = subprocess.Popen(cmd, env={**env, **extra}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+    if not wait:
+        return proc
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def computed(env) -> list[tuple[int, int]]:
+    log = Path(env["FAULT_LOG"])
+    if not log.exists():
+        return []
+    return [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+
+
+def wait_for(predicate, timeout=60.0):
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError("the child never got there")
+        time.sleep(0.05)
+
+
+def reference() -> dict[str, np.ndarray]:
+    return demo_sweep.run(CONFIG).arrays
+
+
+def stored(results) -> Result:
+    return Store(results).load("demo_sweep", demo_sweep.VERSION, CONFIG)
+
+
+# -- damaged payloads -----------------------------------------------------------------------------
+def _entry(tmp_path):
+    store = Store(tmp_path / "results", scale="smoke")
+    rng = np.random.default_rng(0)
+    result = Result("demo_sweep", {"k": 1},
+                    arrays={"a": rng.standard_normal((20, 30)), "i": np.arange(50)},
+                    scalars={"x": 1.5, "t": {"r": [1, 2]}})
+    folder = store.save(result, "1")
+    return store, folder
+
+
+@pytest.mark.parametrize("which", ["result.npz", "result.json"])
+def test_truncated_payloads(tmp_path, which):
+    store, folder = _entry(tmp_path)
+    path = folder / which
+    data = path.read_bytes()
+    for cut in (0, 1, len(data) // 3, len(data) - 1):
+        path.write_bytes(data[:cut])
+        for read in (store.has, store.load):
+            with pytest.raises(StoreError) as info:
+                read("demo_sweep", "1", {"k": 1})
+            assert which in str(info.value)
+            assert "python -m ntkbook run demo_sweep --scale smoke --recompute" in str(info.value)
+        assert store.list()[0]["status"] == "corrupt"
+    path.write_bytes(data)
+    assert store.load("demo_sweep", "1", {"k": 1})["x"] == 1.5
+
+
+@pytest.mark.parametrize("which", ["result.npz", "result.json"])
+def test_bit_flips(tmp_path, which):
+    """Every single-byte change of a payload is caught (here 300 random ones per file)."""
+    store, folder = _entry(tmp_path)
+    path = folder / which
+    data = path.read_bytes()
+    original = store.load("demo_sweep", "1", {"k": 1})
+    rng = np.random.default_rng(1)
+    caught = 0
+    for _ in range(300):
+        flipped = bytearray(data)
+        pos = int(rng.integers(len(data)))
+        flipped[pos] ^= 1 << int(rng.integers(8))
+        path.write_bytes(bytes(flipped))
+        try:
+            back = store.load("demo_sweep", "1", {"k": 1})
+        except StoreError as exc:
+            assert "--recompute" in str(exc)
+            caught += 1
+            continue
+        # only a flip that leaves the content as it was may load (in JSON, "1e+24" -> "1E+24")
+        assert json.dumps(back.scalars) == json.dumps(original.scalars)
+        assert back.provenance == original.provenance and back.config == original.config
+        assert all(np.array_equal(back[k], original[k]) for k in original.arrays)
+    assert caught >= 290
+
+
+def test_decoding_errors_are_store_errors(tmp_path):
+    """Behind the hash check, the decoders themselves turn every failure into a StoreError
+    (zlib, zip, npy header tokenizer, dtype, UTF-8, JSON): 300 flips of an npz and of a json."""
+    _, folder = _entry(tmp_path)
+    rng = np.random.default_rng(2)
+    for name, decode in (("result.npz", store_mod._decode_npz), ("result.json", store_mod._decode_json)):
+        data = (folder / name).read_bytes()
+        kinds = set()
+        for _ in range(300):
+            flipped = bytearray(data)
+            flipped[int(rng.integers(len(data)))] ^= 1 << int(rng.integers(8))
+            try:
+                decode(bytes(flipped), folder / name, "Repair: x.")
+            except StoreError as exc:
+                kinds.add(str(exc).split(": ")[1] if ": " in str(exc) else "")
+        assert kinds  # some flips break decoding; none escapes as another exception type
+
+
+def test_damaged_checkpoint_is_reported_and_recompute_repairs(tmp_path, env):
+    results = tmp_path / "results"
+    rc, out, err = child(env, results, FAULT_STALL_AT="-1")
+    assert rc == 0, err
+    # leave a damaged checkpoint behind by stalling a second config, then killing it
+    proc = child(env, results, "--set", "seed=1", wait=False, FAULT_STALL_AT="256")
+    wait_for(lambda: sum(n == 256 for _, n in computed(env)) == 2)
+    proc.kill()
+    proc.wait()
+    points = next(Path(env["NTKBOOK_SCRATCH"]).rglob("n=16-*.npz"))
+    points.write_bytes(points.read_bytes()[:10])
+    rc, out, err = child(env, results, "--set", "seed=1")
+    assert rc == 2 and "n=16" in err and "--recompute" in err
+    rc, out, err = child(env, results, "--set", "seed=1", "--recompute")
+    assert rc == 0, err
+
+
+# -- concurrency ----------------------------------------------------------------------------------
+def test_two_processes_on_one_entry(tmp_path, env):
+    """The second run waits for the first and loads its result: one computation, one entry."""
+    results = tmp_path / "results"
+    first = child(env, results, wait=False, FAULT_DELAY="0.4")
+    wait_for(lambda: computed(env))
+    second = child(env, results, wait=False, FAULT_DELAY="0.4")
+    out1, err1 = first.communicate(timeout=120)
+    out2, err2 = second.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0, (err1, err2)
+    assert "waiting for pid" in err2
+    pids = {pid for pid, _ in computed(env)}
+    assert len(pids) == 1 and len(computed(env)) == len(CONFIG.sample_sizes)
+    np.testing.assert_array_equal(stored(results)["rms_error"], reference()["rms_error"])
+
+
+def test_second_process_can_refuse(tmp_path, env):
+    results = tmp_path / "results"
+    first = child(env, results, wait=False, FAULT_DELAY="0.3")
+    wait_for(lambda: computed(env))
+    rc, out, err = child(env, results, "--no-wait")
+    assert rc == 2 and "is being computed by pid" in err
+    first.communicate(timeout=120)
+    assert first.returncode == 0
+    np.testing.assert_array_equal(stored(results)["rms_error"], reference()["rms_error"])
+
+
+# -- kill -9 --------------------------------------------------------------------------------------
+def test_kill_9_mid_sweep_then_resume(tmp_path, env):
+    results = tmp_path / "results"
+    proc = child(env, results, wait=False, FAULT_STALL_AT=str(CONFIG.sample_sizes[2]))
+    wait_for(lambda: len(computed(env)) == 3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # nothing in the results folder (so `git status` stays clean), two points in the scratch
+    assert not [p for p in results.rglob("*") if p.is_file()]
+    assert len(list(Path(env["NTKBOOK_SCRATCH"]).rglob("n=*.json"))) == 2
+    rc, out, err = child(env, results)
+    assert rc == 0, err
+    resumed = [n for pid, n in computed(env) if pid != computed(env)[0][0]]
+    assert resumed == list(CONFIG.sample_sizes[2:])  # the two finished points were reused
+    result = stored(results)
+    assert result.provenance["resumed_points"] == 2
+    np.testing.assert_array_equal(result["rms_error"], reference()["rms_error"])
+    assert not list(Path(env["NTKBOOK_SCRATCH"]).rglob("n=*.json"))  # cleared once saved
+
+
+# -- read-only results folder ---------------------------------------------------------------------
+def test_read_only_results_folder(tmp_path, env):
+    results = tmp_path / "results"
+    results.mkdir()
+    results.chmod(0o555)
+    prefix = ()
+    if os.geteuid() == 0:  # root ignores permissions unless it drops the capability
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: cannot make a folder read-only")
+        prefix = ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
+    try:
+        rc, out, err = child(env, results, prefix=prefix)
+    finally:
+        results.chmod(0o755)
+    assert rc == 2 and "cannot write to" in err and "Nothing was computed" in err
+    assert computed(env) == []  # refused before computing anything
+
+
+# -- full disk ------------------------------------------------------------------------------------
+def _fsize_limit(nbytes):
+    def set_limit():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
+    return set_limit
+
+
+def test_disk_full_while_saving_then_resume(tmp_path, env):
+    """The checkpoints fit but the result's json does not: a clear error, the finished points
+    kept, and the rerun (with space) resumes from all of them."""
+    results = tmp_path / "results"
+    rc, out, err = child(env, results, preexec_fn=_fsize_limit(700))
+    assert rc == 2, (out, err)
+    assert "could not write" in err and "result.json" in err and "larger than this process" in err
+    assert not Store(results).has("demo_sweep", demo_sweep.VERSION, CONFIG)
+    assert len(list(Path(env["NTKBOOK_SCRATCH"]).rglob("n=*.json"))) == len(CONFIG.sample_sizes)
+    rc, out, err = child(env, results)
+    assert rc == 0, err
+    result = stored(results)
+    assert result.provenance["resumed_points"] == len(CONFIG.sample_sizes)
+    assert len(computed(env)) == len(CONFIG.sample_sizes)  # nothing computed twice
+    np.testing.assert_array_equal(result["rms_error"], reference()["rms_error"])
+
+
+def test_disk_full_while_checkpointing(tmp_path, env):
+    results = tmp_path / "results"
+    rc, out, err = child(env, results, preexec_fn=_fsize_limit(100))
+    assert rc == 2 and "could not write" in err and "run the same command again to resume" in err
+    assert not [p for p in Path(env["NTKBOOK_SCRATCH"]).rglob("*.tmp")]  # no partial files
+    rc, out, err = child(env, results)
+    assert rc == 0, err
+    np.testing.assert_array_equal(stored(results)["rms_error"], reference()["rms_error"])
