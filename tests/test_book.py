@@ -225,3 +225,18 @@ def test_figures_of_reader_chapters_are_readable():
     plt.close(fig)
     n_top = int(load_or_run("lanczos_ghosts", "paper").config["n_top"])
     assert sum(lab.startswith("$\\theta_") for lab in labels) == n_top, labels
+
+
+def test_progress_lines_are_moved_out_of_the_page():
+    import nbformat
+
+    outs = [nbformat.v4.new_output("stream", name="stdout", text=(
+        "computing modular_mlp (config 137333628741, code 7a4b010b), roughly 31.5s on 2 CPU cores\n"
+        "modular_mlp p=23 square: 3/24 ( 12%) elapsed 13.4s, ~1m34s left | seed 0\n"
+        "ranks 45-88 vs sum features: 18.84 of 22\n"
+        "modular_mlp p=23 square: done, 24/24 in 1m52s\n")),
+        nbformat.v4.new_output("stream", name="stdout", text="computing demo_sweep (config 6995a411f747)\n")]
+    removed: list[str] = []
+    kept = bookbuild._strip_progress(outs, removed)
+    assert [o["text"] for o in kept] == ["ranks 45-88 vs sum features: 18.84 of 22\n"]
+    assert len(removed) == 4

@@ -136,6 +136,10 @@ def test_uncaptioned_figure_and_missing_alt_fail(tmp_path, chromium, png):
     ("<p>the overlap changes by -0.00 here</p>", "negative zero"),
     ("<p>overlap 1.000000000000 of the dimension</p>", "more than eight decimals"),
     ("<p>about 3.19e+07 operations</p>", "e-notation"),
+    ("<div class='output stream'><pre>computing modular_mlp (config 137333628741, code 7a4b), roughly 31.5s</pre>"
+     "</div>", "progress log"),
+    ("<div class='output stream'><pre>modular_mlp p=23: 3/24 ( 12%) elapsed 13.4s, ~1m34s left</pre></div>",
+     "progress log"),
 ])
 def test_text_leftovers_fail(tmp_path, chromium, text, kind):
     page = _page(tmp_path, "leftover", text)
@@ -155,3 +159,12 @@ def test_latex_in_title_fails(tmp_path, chromium):
     page = _page(tmp_path, "title", "<p>fine</p>")
     page.write_text(page.read_text().replace("<title>Test page</title>", "<title>The \\kappa^6 bound</title>"))
     assert any("page title" in p for p in _problems(page, chromium))
+
+
+def test_long_inline_math_fails_at_phone_width(tmp_path, chromium, mathjax):
+    long_inline = ("<p>A kernel is invariant if <span class='math notranslate nohighlight'>\\("
+                   + " + ".join(f"K(x_{{{i}}}, y_{{{i}}})" for i in range(8)) + "\\)</span> holds.</p>")
+    page = _page(tmp_path, "inline", PROSE + long_inline, mathjax)
+    assert _problems(page, chromium, width=1400) == []
+    problems = _problems(page, chromium, width=400)
+    assert any("inline math" in p for p in problems), problems

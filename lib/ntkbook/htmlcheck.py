@@ -7,8 +7,8 @@ it looks. A page fails (:attr:`PageReport.problems`) on
 
 - an image that does not load, math that MathJax did not render, or a MathJax error;
 - error output: stderr or traceback boxes, docutils system messages, a Python traceback;
-- a display equation wider than the text column, or overlapping its equation number
-  (measured on the rendered boxes at this width);
+- a display equation wider than the text column, or overlapping its equation number, or an
+  inline formula running past the column (measured on the rendered boxes at this width);
 - a table that runs past the text column without a scrolling box of its own, or a page that
   scrolls sideways as a whole;
 - a figure (an image in the text or in a cell's output) that is not inside a ``<figure>`` with a
@@ -103,6 +103,19 @@ _REPORT_JS = r"""
         }
       }
     });
+    // inline math: a formula cannot wrap, so a long one runs past the column on a phone
+    root.querySelectorAll('mjx-container:not([display="true"])').forEach(function (c) {
+      var r = rect(c);
+      for (var el = c.parentElement; el && el !== article; el = el.parentElement) {
+        if (overflowsX(el)) { return; }  // inside a box that scrolls (a table): checked as a table
+      }
+      if (r.width > 0 && (r.right > ar.right + 1 || r.left < ar.left - 1)) {
+        var tex = (c.closest('.math') || c).getAttribute('data-tex') || '';
+        var around = (c.parentElement && c.parentElement.textContent || '').trim().slice(0, 50);
+        equations.push('inline math is ' + Math.round(r.width) + ' px wide and runs past the column ' +
+                       '(near "' + around + '")');
+      }
+    });
     // tables: inside the column, or inside a box of their own that scrolls
     var tables = [];
     root.querySelectorAll('table').forEach(function (t, i) {
@@ -154,6 +167,8 @@ _REPORT_JS = r"""
     findAll(document.title, /\\[A-Za-z]+|\$/g, 'raw LaTeX in the page title', leftovers);
     findAll(shown, /\[\s*(['"])[^'"\]]{1,60}\1\s*\]|\{\s*(['"])[^'"]{1,60}\2\s*:|\barray\(|\bnp\.float(32|64)\(|\bdict_keys\(/g,
             'Python repr', leftovers);
+    findAll(shown, /computing \S+ \(config [0-9a-f]+|\d+\/\d+ \(\s*\d+%\) elapsed/g,
+            'progress log (ntkbook.bookbuild moves it to _build/<scale>/logs)', leftovers);
     findAll(prose, /(^|[^\w.])-0\.0+(?![\d])/g, 'negative zero', leftovers);
     findAll(prose, /(?<![\w./])\d\.\d{9,}/g, 'number with more than eight decimals', leftovers);
     findAll(prose, /\b\d(\.\d+)?e[+-]\d+\b/g, 'e-notation in prose (use ntkbook.report.sci)', leftovers);

@@ -16,7 +16,9 @@ renders the rows as the tables of the book's scorecard page, linking each claim 
 only when that label exists in a chapter of ``_toc.yml`` (a broken reference would fail the build).
 
 The section measuring claim ``X.y.z`` carries the label ``sec-x-y-z`` (:func:`section_label`:
-lower case, dots and underscores become hyphens), e.g. ``(sec-b-mlp-grokking)=``.
+lower case, dots and underscores become hyphens), e.g. ``(sec-b-mlp-grokking)=``; a catalogue
+entry may also name the chapter's own label of the section (``Claim.label``), used when the
+``sec-x-y-z`` label does not exist.
 """
 
 from __future__ import annotations
@@ -44,10 +46,19 @@ class Claim:
     claim: str  # Markdown, one or two sentences
     reported: str  # the paper's number or statement, as reported
     chapter: str  # book/<chapter>.md measures it
+    label: str = ""  # the chapter's own section label, where it is not section_label(id)
 
     @property
     def section(self) -> str:
         return section_label(self.id)
+
+    def link_target(self, labels: set[str]) -> str | None:
+        """The label to link to: ``sec-<id>`` if the book has it, else the catalogued section
+        label if the book has that, else None (no link)."""
+        for cand in (self.section, self.label):
+            if cand and cand in labels:
+                return cand
+        return None
 
 
 def section_label(claim_id: str) -> str:
@@ -83,19 +94,22 @@ CATALOGUE: tuple[Claim, ...] = (
        "MNIST 10.3 → 43.4; CIFAR-10 3.7 / 10.4 / 12.6 ($m$ = 16, 1024, 4096)", "attention_width"),
     _C("A.flip.mnist10", "A", "Adversarial perturbation of the training data (ε = 0.3) flips the sign "
        "of many of the top-10% influence scores of MLP-Attn on MNIST (10 classes).",
-       "FGSM 34.6%, PGD 28.9%, MIM 21.9%; 2L-ReLU under PGD 3.3%", "influence"),
+       "FGSM 34.6%, PGD 28.9%, MIM 21.9%; 2L-ReLU under PGD 3.3%", "influence", "sec-influence-flip"),
     _C("A.flip.cifar10", "A", "The same on CIFAR-10 (10 classes): attention's influence scores flip "
-       "far more often than ReLU's.", "attention 6–9× ReLU (table of the paper)", "influence"),
+       "far more often than ReLU's.", "attention 6–9× ReLU (table of the paper)", "influence",
+       "sec-influence-flip"),
     _C("A.flip.mnist38", "A", "The same on the binary task MNIST 3 vs 8.",
-       "attention 6–9× ReLU (table of the paper)", "influence"),
+       "attention 6–9× ReLU (table of the paper)", "influence", "sec-influence-flip"),
     _C("A.flip.cifar_auto_air", "A", "The same on the binary task CIFAR-10 automobile vs airplane.",
-       "attention 6–9× ReLU (table of the paper)", "influence"),
+       "attention 6–9× ReLU (table of the paper)", "influence", "sec-influence-flip"),
     _C("A.flip.ratio", "A", "Across data sets and attacks, attention's influence scores are 6–9 times "
-       "more malleable (flip rate) than the ReLU network's.", "6–9× (v2: 2–9×)", "influence"),
+       "more malleable (flip rate) than the ReLU network's.", "6–9× (v2: 2–9×)", "influence",
+       "sec-influence-flip"),
     _C("A.advtrain", "A", "Adversarial training makes the ReLU network malleable too: its PGD flip "
-       "rate approaches attention's.", "3.3% → 43.4%", "influence"),
+       "rate approaches attention's.", "3.3% → 43.4%", "influence", "sec-influence-advtrain"),
     _C("A.landscape", "A", "MLP-Attn finds wider, flatter minima than the two-layer ReLU network "
-       "(loss slices, top Hessian eigenvalue).", "flatter (qualitative)", "influence"),
+       "(loss slices, top Hessian eigenvalue).", "flatter (qualitative)", "influence",
+       "sec-influence-landscape"),
     # ------------------------------------------------------------------ Paper B
     _C("B.lanczos", "B", "Lanczos with full reorthogonalisation finds the top-$k$ eigenvectors of the "
        "eNTK matrix-free from about $2k$ products, as a dense eigensolver would.",
@@ -128,14 +142,15 @@ CATALOGUE: tuple[Claim, ...] = (
        "grokking.", "fastest near grokking (qualitative)", "modular_transformer"),
     _C("B.gemma.spectrum_identity", "B", "For Gemma-3-270M the reduced operator "
        "$S^{1/2} K_r S^{1/2}$ in $d_{\\mathrm{model}}$ space has the same nonzero eigenvalues as the "
-       "full output eNTK.", "exact identity", "gemma"),
+       "full output eNTK.", "exact identity", "gemma", "sec-gemma-identity"),
     _C("B.gemma.pos_vs_pca", "B", "eNTK eigenvectors (top 25, best layer) beat PCA of the activations "
-       "at predicting the next word's part of speech.", "better on 8 of 8 parts of speech", "gemma"),
+       "at predicting the next word's part of speech.", "better on 8 of 8 parts of speech", "gemma",
+       "sec-gemma-pos"),
     _C("B.gemma.morph_vs_pca", "B", "They also beat PCA on morphological features.",
-       "better on all but one", "gemma"),
+       "better on all but one", "gemma", "sec-gemma-morph"),
     _C("B.gemma.top_contexts", "B", "The top-activating contexts of single eigenvectors read as "
        "coherent grammatical features (e.g. infinitive, past tense).", "coherent (qualitative)",
-       "gemma"),
+       "gemma", "sec-gemma-contexts"),
 )
 
 _BY_ID = {c.id: c for c in CATALOGUE}
@@ -269,7 +284,8 @@ def markdown(rows: list[Row], labels: set[str] | None = None, heading_level: int
                 "| claim | the paper | ours | verdict | measured by |", "|---|---|---|---|---|"]
         for r in sel:
             c = r.claim
-            ident = (f"{{ref}}`{c.id} <{c.section}>`" if c.section in labels else f"**{c.id}**")
+            target = c.link_target(labels)
+            ident = f"{{ref}}`{c.id} <{target}>`" if target else f"**{c.id}**"
             claim = f"{ident}: {c.claim}"
             ours = r.ours + (f" ({r.note})" if r.note else "") if r.verdict != NOT_MEASURED else "–"
             src = r.source if r.verdict != NOT_MEASURED else f"chapter `{c.chapter}`"

@@ -256,4 +256,4 @@ def scorecard(result: Result) -> list[dict]:
                      f"{ghosts} ghosts without reorthogonalisation")
     order = ("does not", "partly", "reproduces")
     return [{"claim": "B.lanczos", "ours": "; ".join(parts), "verdict": min(verdicts, key=order.index),
-             "note": "reproduces: top-k to 10⁻¹⁰ within 3k steps on both operators"}]
+             "note": "reproduces when the top k reach 10⁻¹⁰ within 3k steps on both operators"}]
