@@ -2,6 +2,12 @@
 
     .venv/bin/python benchmarks/bench_entk.py [--quick] [--max-dense N] [--sizes 1000,10000,...]
 
+Method: every timed call is waited for (``jax.block_until_ready`` on every array of its result,
+also the fields of an ``EigResult``), warmed up (compiled) before timing, and the calls compared
+in a ratio are timed in alternation, repeat by repeat, so that they see the same load on shared
+CPUs. Times are reported as min / median (± half the interquartile range), ratios as the median
+[quartiles] of the per-repeat ratios.
+
 Measures, in one run and float64:
 1. time of one matrix-free eNTK product / time of one forward pass over the same inputs, for the
    modular-addition MLP (p = 29) and a one-layer transformer (p = 29, 3 tokens);
@@ -15,8 +21,7 @@ Measures, in one run and float64:
 from __future__ import annotations
 
 import argparse
-import platform
-import resource
+import dataclasses
 import time
 
 import jax
@@ -30,42 +35,65 @@ from ntkbook.eig import dense_topk, lanczos_topk  # noqa: E402
 from ntkbook.entk import entk, entk_matvec  # noqa: E402
 
 
-def timeit(fn, *, repeat=7, warmup=2):
-    """Minimum wall time of fn() over `repeat` runs (fn must block until its result is ready).
+@dataclasses.dataclass
+class Timing:
+    """Wall times of one timed call over the repeats: min, median and the interquartile range."""
 
-    The minimum, not the median: the CPUs are shared, and interruptions only ever add time."""
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.min(ts))
+    times: np.ndarray
+
+    @property
+    def min(self):
+        return float(np.min(self.times))
+
+    @property
+    def median(self):
+        return float(np.median(self.times))
+
+    @property
+    def spread(self):
+        """Interquartile range relative to the median (0.1 = the middle half within 10 %)."""
+        q1, q3 = np.percentile(self.times, [25, 75])
+        return float((q3 - q1) / np.median(self.times))
+
+    def ms(self):
+        return f"{self.min * 1e3:.3g} / {self.median * 1e3:.3g} (±{50 * self.spread:.0f}%)"
+
+    def s(self):
+        return f"{self.min:.3g} / {self.median:.3g} (±{50 * self.spread:.0f}%)"
 
 
-def timeit_interleaved(fns, *, repeat=15, warmup=2):
-    """Minimum wall time of each of several functions, timed in alternation so that all of them see
-    the same load on the shared CPUs (ratios between them are then meaningful)."""
+def ratio(a: Timing, b: Timing) -> str:
+    """Median and interquartile range of the per-repeat ratios a_i / b_i of interleaved timings
+    (each pair was measured back to back, under the same load)."""
+    r = a.times / b.times
+    q1, q3 = np.percentile(r, [25, 75])
+    return f"{np.median(r):.3g} [{q1:.3g}, {q3:.3g}]"
+
+
+def block(x):
+    """Wait for every array in x, including the fields of result dataclasses such as EigResult
+    (not a pytree: ``jax.block_until_ready`` alone would return at once)."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        jax.block_until_ready([getattr(x, f.name) for f in dataclasses.fields(x)])
+        return x
+    return jax.block_until_ready(x)
+
+
+def timeit(fns, *, repeat, warmup=1):
+    """Time each function of ``fns`` (each must return its result), interleaved: every repeat runs
+    all of them once, one after the other, so that they all see the same load on the shared CPUs.
+    Each call's result is waited for with :func:`block`. Warm-up calls (compilation, caches) are
+    not timed. Returns one :class:`Timing` per function."""
     for fn in fns:
         for _ in range(warmup):
-            fn()
+            block(fn())
     ts = [[] for _ in fns]
     for _ in range(repeat):
         for i, fn in enumerate(fns):
             t = time.perf_counter()
-            fn()
+            block(fn())
             ts[i].append(time.perf_counter() - t)
-    return [float(np.min(t)) for t in ts]
-
-
-def block(x):
-    return jax.block_until_ready(x)
-
-
-def rss_mib():
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return r / 1024 if platform.system() != "Darwin" else r / 2**20
+    return [Timing(np.asarray(t)) for t in ts]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -143,13 +171,15 @@ def deep_mlp(params, x):
 # --------------------------------------------------------------------------------------------------
 def bench_matvec_ratio(quick):
     print("\n## 1. matrix-free product / forward pass (all p^2 = 841 inputs, float64)\n")
+    print("Times: min / median (± half the interquartile range, % of the median) over the repeats;")
+    print("ratios: median [quartiles] of the per-repeat ratios of interleaved calls.\n")
     onehot, tokens = modular_inputs()
     key = jax.random.PRNGKey(0)
     cases = [("modular MLP (p=29, width 512, x^2)", mlp, mlp_init(key), onehot),
              ("1-layer transformer (d 64, mlp 256, 4 heads)", transformer, transformer_init(key), tokens)]
-    print("| model | params | forward (ms) | gradient / forward | flat K v (ms) | ratio | "
-          "class_mean K v (ms) | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | params | forward (ms) | gradient / forward | flat K v (ms) | flat / forward |")
+    print("|---|---|---|---|---|---|")
+    rows_cm = []
     out = {}
     for name, f, params, x in cases:
         fwd = jax.jit(jax.vmap(f, in_axes=(None, 0)))
@@ -157,17 +187,19 @@ def bench_matvec_ratio(quick):
         ops = {red: entk_matvec(f, params, x, reduction=red) for red in ("flat", "class_mean")}
         vs = {red: jnp.asarray(np.random.default_rng(0).standard_normal(op.dim))
               for red, op in ops.items()}
-        t_f, t_g, t_flat = timeit_interleaved(
-            [lambda: block(fwd(params, x)), lambda: block(grad(params)),
-             lambda: block(ops["flat"](vs["flat"]))], repeat=21)
-        t_f2, t_cm = timeit_interleaved(
-            [lambda: block(fwd(params, x)), lambda: block(ops["class_mean"](vs["class_mean"]))],
-            repeat=5)
-        row = [name, sum(v.size for v in jax.tree_util.tree_leaves(params)), f"{t_f * 1e3:.3f}",
-               f"{t_g / t_f:.2f}", f"{t_flat * 1e3:.3f}", f"{t_flat / t_f:.2f}",
-               f"{t_cm * 1e3:.1f}", f"{t_cm / t_f2:.1f}"]
-        out[(name, "flat")] = t_flat / t_f
-        print("| " + " | ".join(map(str, row)) + " |")
+        t_f, t_g, t_flat = timeit(
+            [lambda: fwd(params, x), lambda: grad(params), lambda: ops["flat"](vs["flat"])],
+            repeat=7 if quick else 21)
+        t_f2, t_cm = timeit([lambda: fwd(params, x), lambda: ops["class_mean"](vs["class_mean"])],
+                            repeat=3 if quick else 5)
+        n_par = sum(v.size for v in jax.tree_util.tree_leaves(params))
+        print(f"| {name} | {n_par} | {t_f.ms()} | {ratio(t_g, t_f)} | {t_flat.ms()} | "
+              f"{ratio(t_flat, t_f)} |")
+        rows_cm.append(f"| {name} | {t_cm.ms()} | {ratio(t_cm, t_f2)} |")
+        out[(name, "flat")] = float(np.median(t_flat.times / t_f.times))
+    print("\n| model | class_mean K v (ms) | class_mean / forward |")
+    print("|---|---|---|")
+    print("\n".join(rows_cm))
     print("\nratio target for the flat product: at most 4 ('gradient / forward' is one reverse-mode")
     print("gradient of the summed outputs, for reference: a product is one VJP plus one JVP).")
     print("class_mean needs one VJP + JVP pair per class (vmapped over the C = 29 classes).")
@@ -202,48 +234,42 @@ class LowRankPlusNoise:
         return (self.U * self.s) @ self.U.T + self.sigma2 * jnp.eye(self.n)
 
 
-def bench_lanczos_vs_dense(sizes, max_dense, k=25):
+def bench_lanczos_vs_dense(sizes, max_dense, quick, k=25):
     print(f"\n## 2. Lanczos top-{k} vs dense eigh (low-rank + noise PSD operator, float64)\n")
     print("Lanczos: 2k+10 = 60 products, full reorthogonalisation (twice); symmetry check off.")
+    print("dense: dense_topk (eigh of the formed matrix, then exact residuals; its symmetry and")
+    print("finiteness checks included), waited for on every field of its result. Both warmed up")
+    print("(compiled) first, then timed in alternation; times min / median (± half the IQR).")
     print("Memory: 'est.' is the size of the arrays the method must hold (dense: the n x n matrix and")
-    print("its n x n eigenvectors; Lanczos: the (steps+1) x n basis); 'rss' is the increase of the")
-    print("process's peak resident memory (ru_maxrss) during the run, 0 when the peak was not exceeded.\n")
-    print("| n = N*C | Lanczos (s) | Lanczos max rel err | Lanczos est. MiB | Lanczos rss MiB | "
-          "dense eigh (s) | dense est. MiB | dense rss MiB | dense/Lanczos time |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    rows = []
+    print("its n x n eigenvectors; Lanczos: the (steps+1) x n basis).\n")
+    print("| n = N*C | Lanczos (s) | Lanczos max rel err | Lanczos est. MiB | dense (s) | "
+          "dense est. MiB | dense / Lanczos |")
+    print("|---|---|---|---|---|---|---|")
     for n in sizes:
         op = LowRankPlusNoise(n)
-        r0 = rss_mib()
-        lanczos_topk(op, n, k, check=False)  # warm-up / compile
-        t = time.perf_counter()
-        res = block(lanczos_topk(op, n, k, check=False))
-        t_l = time.perf_counter() - t
-        r1 = rss_mib()
-        err = float(np.max(np.abs(np.asarray(res.eigenvalues) - op.top[:k]) / op.top[:k]))
         est_l = (2 * k + 11) * n * 8 / 2**20
-        rows.append([n, t_l, err, est_l, r1 - r0])
-    for row in rows:
-        n = row[0]
         est_d = 2 * n * n * 8 / 2**20
+        run_l = lambda: lanczos_topk(op, n, k, check=False)  # noqa: E731
+        repeat = (3 if quick else 5) if n <= 10000 else (1 if quick else 3)
         if n <= max_dense:
-            op = LowRankPlusNoise(n)
-            r0 = rss_mib()
             A = block(op.dense())
-            t = time.perf_counter()
-            d = block(dense_topk(A, k))
-            t_d = time.perf_counter() - t
-            r1 = rss_mib()
+            run_d = lambda: dense_topk(A, k)  # noqa: E731
+            t_l, t_d = timeit([run_l, run_d], repeat=repeat)
+            d = block(run_d())
             err_d = float(np.max(np.abs(np.asarray(d.eigenvalues) - op.top[:k]) / op.top[:k]))
-            del A, d
-            dense = [f"{t_d:.2f}", f"{est_d:.0f}", f"{r1 - r0:.0f}", f"{t_d / row[1]:.0f}"]
             assert err_d < 1e-10
+            dense = [t_d.s(), f"{est_d:.0f}", ratio(t_d, t_l)]
+            del A, d
         else:
-            dense = ["not run", f"{est_d:.0f}", "-", "-"]
-        print(f"| {n} | {row[1]:.3f} | {row[2]:.1e} | {row[3]:.1f} | {row[4]:.0f} | " + " | ".join(dense) + " |")
+            (t_l,) = timeit([run_l], repeat=repeat)
+            dense = ["not run", f"{est_d:.0f}", "-"]
+        res = block(run_l())
+        err = float(np.max(np.abs(np.asarray(res.eigenvalues) - op.top[:k]) / op.top[:k]))
+        print(f"| {n} | {t_l.s()} | {err:.1e} | {est_l:.1f} | " + " | ".join(dense) + " |")
 
 
-def bench_own_vs_matfree(n=20000, k=25):
+def bench_own_vs_matfree(quick, k=25):
+    n = 5000 if quick else 20000
     print(f"\n## 3. own Lanczos vs matfree.decomp.tridiag_sym (n = {n}, top-{k}, 60 products)\n")
     try:
         from matfree import decomp
@@ -265,21 +291,22 @@ def bench_own_vs_matfree(n=20000, k=25):
         return w, r.Q_tall.T @ S
 
     def run_matfree():
-        return block(matfree_topk(op.U, op.s, v0))
+        return matfree_topk(op.U, op.s, v0)
 
     def run_own():
-        return block(lanczos_topk(op, n, k, check=False))
+        return lanczos_topk(op, n, k, check=False)
 
+    t_own, t_mf = timeit([run_own, run_matfree], repeat=3 if quick else 7)
     print("| implementation | time (s) | products | max rel eigenvalue err | max true residual / lambda_1 |")
     print("|---|---|---|---|---|")
-    for name, fn in (("ntkbook.eig.lanczos_topk (reorth x2)", run_own),
-                     ("matfree tridiag_sym(reortho='full')", run_matfree)):
-        t = timeit(fn, repeat=3, warmup=1)
-        out = fn()
+    for name, fn, t in (("ntkbook.eig.lanczos_topk (reorth x2)", run_own, t_own),
+                        ("matfree tridiag_sym(reortho='full')", run_matfree, t_mf)):
+        out = block(fn())
         w, V = (out.eigenvalues, out.eigenvectors) if hasattr(out, "eigenvalues") else out
         err = float(np.max(np.abs(np.asarray(w) - op.top[:k]) / op.top[:k]))
         res = float(jnp.max(jnp.linalg.norm(jax.vmap(op, in_axes=1, out_axes=1)(V) - V * w, axis=0)) / op.top[0])
-        print(f"| {name} | {t:.3f} | {steps} | {err:.1e} | {res:.1e} |")
+        print(f"| {name} | {t.s()} | {steps} | {err:.1e} | {res:.1e} |")
+    print(f"\nown / matfree time: {ratio(t_own, t_mf)}")
 
     # breakdown: an operator of rank 3 with k = 5
     B = jnp.asarray(np.random.default_rng(0).standard_normal((200, 3)))
@@ -292,40 +319,44 @@ def bench_own_vs_matfree(n=20000, k=25):
 
 
 def bench_filtered(quick):
-    print("\n## 4. layer-filtered product on an 8-layer MLP (width 256, 1024 inputs, C = 10)\n")
+    n_in = 256 if quick else 1024
+    print(f"\n## 4. layer-filtered product on an 8-layer MLP (width 256, {n_in} inputs, C = 10)\n")
     key = jax.random.PRNGKey(0)
     params = deep_mlp_init(key)
-    x = jax.random.normal(jax.random.PRNGKey(1), (1024, 64))
+    x = jax.random.normal(jax.random.PRNGKey(1), (n_in, 64))
     fwd = jax.jit(jax.vmap(deep_mlp, in_axes=(None, 0)))
-    v = jnp.asarray(np.random.default_rng(0).standard_normal(1024 * 10))
-    print("| filter | reuse forward (ms) | recompute forward (ms) | recompute / reuse | reuse / forward |")
-    print("|---|---|---|---|---|")
+    v = jnp.asarray(np.random.default_rng(0).standard_normal(n_in * 10))
+    print("| filter | forward (ms) | reuse forward (ms) | recompute forward (ms) | recompute / reuse | "
+          "reuse / forward |")
+    print("|---|---|---|---|---|---|")
     for flt in ("layer7", None):
         op_r = entk_matvec(deep_mlp, params, x, reduction="flat", param_filter=flt)
         op_n = entk_matvec(deep_mlp, params, x, reduction="flat", param_filter=flt, reuse_forward=False)
-        t_f, t_r, t_n = timeit_interleaved(
-            [lambda: block(fwd(params, x)), lambda: block(op_r(v)), lambda: block(op_n(v))], repeat=11)
-        t = {True: t_r, False: t_n}
-        a = entk_matvec(deep_mlp, params, x, param_filter=flt)(v)
-        b = entk_matvec(deep_mlp, params, x, param_filter=flt, reuse_forward=False)(v)
+        t_f, t_r, t_n = timeit([lambda: fwd(params, x), lambda: op_r(v), lambda: op_n(v)],
+                               repeat=5 if quick else 11)
+        a = op_r(v)
+        b = op_n(v)
         assert float(jnp.abs(a - b).max() / jnp.abs(a).max()) < 1e-10
-        print(f"| {flt or 'all parameters'} | {t[True] * 1e3:.3f} | {t[False] * 1e3:.3f} | "
-              f"{t[False] / t[True]:.2f} | {t[True] / t_f:.2f} |")
-    print(f"\nforward pass (last measurement): {t_f * 1e3:.3f} ms")
+        print(f"| {flt or 'all parameters'} | {t_f.ms()} | {t_r.ms()} | {t_n.ms()} | "
+              f"{ratio(t_n, t_r)} | {ratio(t_r, t_f)} |")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--sizes", default="1000,3000,10000,30000,100000")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer repeats, sizes up to 10^4, matfree at n = 5000, 256 inputs in section 4 "
+                         "(a few minutes on 2 CPU cores)")
+    ap.add_argument("--sizes", default=None, help="comma-separated n of section 2 "
+                    "(default 1000,3000,10000,30000,100000; --quick: 1000,3000,10000)")
     ap.add_argument("--max-dense", type=int, default=3000)  # dense eigh only up to this n
     args = ap.parse_args()
+    sizes = args.sizes or ("1000,3000,10000" if args.quick else "1000,3000,10000,30000,100000")
     print(f"# bench_entk: jax {jax.__version__}, backend {jax.default_backend()}, "
-          f"devices {jax.devices()}, float64")
+          f"devices {jax.devices()}, float64{', --quick' if args.quick else ''}")
     t0 = time.perf_counter()
     bench_matvec_ratio(args.quick)
-    bench_lanczos_vs_dense([int(s) for s in args.sizes.split(",")], args.max_dense)
-    bench_own_vs_matfree()
+    bench_lanczos_vs_dense([int(s) for s in sizes.split(",")], args.max_dense, args.quick)
+    bench_own_vs_matfree(args.quick)
     bench_filtered(args.quick)
     print(f"\ntotal benchmark time: {time.perf_counter() - t0:.0f} s")
 

@@ -127,3 +127,60 @@ def test_find_cliffs_bad_input():
         F.find_cliffs([1.0])
     with pytest.raises(ValueError):
         F.find_cliffs([-1.0, -2.0])
+
+
+@pytest.mark.parametrize("n,d", [(2, 1), (3, 1), (7, 3), (30, 12)])
+def test_chance_level_variance_is_exact(n, d):
+    """For k = 1 the overlap of a uniform random direction with a d-dim space is
+    Beta(d/2, (n-d)/2): mean d/n, variance 2 d (n-d) / (n^2 (n+2)); the formula for general k is
+    symmetric in k and d."""
+    from ntkbook.features import random_subspace_overlap
+
+    r = random_subspace_overlap(n, 1, d)
+    a, b = d / 2, (n - d) / 2
+    assert r.mean == pytest.approx(a / (a + b), rel=1e-14)
+    assert r.std ** 2 == pytest.approx(a * b / ((a + b) ** 2 * (a + b + 1)), rel=1e-12)
+    if n > 2:
+        s = random_subspace_overlap(n, d, 2)
+        t = random_subspace_overlap(n, 2, d)
+        assert s.mean == pytest.approx(t.mean) and s.std == pytest.approx(t.std, rel=1e-12)
+
+
+def test_orthonormal_basis_keeps_small_but_real_directions():
+    from ntkbook.features import orthonormal_basis
+
+    rng = np.random.default_rng(0)
+    u, _ = np.linalg.qr(rng.standard_normal((50, 2)))
+    F = u * np.array([1.0, 1e-6])  # two independent columns, one 1e-6 as large
+    assert orthonormal_basis(F, center=False).shape == (50, 2)
+    G = np.c_[u[:, 0], u[:, 0] * (1 + 1e-15)]  # dependent to round-off
+    assert orthonormal_basis(G, center=False).shape == (50, 1)
+
+
+def _ladder(drops_at: dict[int, float], n: int = 40, base: float = 0.1) -> np.ndarray:
+    """Eigenvalues with log-drop ``base`` between neighbours, except ``drops_at[e]`` before e."""
+    d = np.full(n - 1, base)
+    for e, v in drops_at.items():
+        d[e - 1] = v
+    return np.exp(-np.r_[0.0, np.cumsum(d)])
+
+
+def test_find_cliffs_significance_thresholds():
+    from ntkbook.features import find_cliffs
+
+    # a drop 5x the typical one (and >= 0.2 of the largest) is not a cliff: rel_drop is 10
+    lam = _ladder({10: 2.0, 20: 0.5})
+    assert find_cliffs(lam, n=2).edges == (10,)
+    assert find_cliffs(lam, n=2, rel_drop=3.0).edges == (10, 20)
+    # a drop 50x the typical one but below 0.2 of the largest is not a cliff either
+    lam = _ladder({10: 10.0, 20: 0.5}, base=0.01)
+    assert find_cliffs(lam, n=2).edges == (10,)
+    assert find_cliffs(lam, n=2, frac_of_max=0.02).edges == (10, 20)
+    # beyond max_index, a huge drop is ignored
+    lam = _ladder({10: 2.0, 30: 12.0})
+    assert find_cliffs(lam, n=1, max_index=25).edges == (10,)
+    assert find_cliffs(lam, n=1).edges == (30,)
+    # a single eigenvalue above a cliff is not a block of its own (min_size 2)
+    lam = _ladder({1: 5.0, 10: 2.0})
+    assert find_cliffs(lam, n=2).edges == (10,)
+    assert find_cliffs(lam, n=2, min_size=1).edges == (1, 10)

@@ -85,3 +85,45 @@ def test_widths():
     w1 = gm.hoeffding_width(0.1, 100)
     assert gm.hoeffding_width(0.01, 100) == pytest.approx(100 * w1)
     assert w1 == pytest.approx(2 * 100**2 * np.log(2 * 100**2 / 0.01) / 0.01)
+
+
+def test_null_space_threshold_is_numpys_rank_rule():
+    """A singular value 1e-11 of the largest is signal (the threshold is max(n, d) eps sigma_max,
+    about 3e-15 here); one of 1e-16 is round-off."""
+    X = _with_singular_values(np.array([1.0, 1e-11]), 10, seed=2)
+    lam, rank, k = gm.factor_spectrum(X)
+    assert rank == 2
+    np.testing.assert_allclose(k, 1e22, rtol=1e-3)
+    X0 = _with_singular_values(np.array([1.0, 1e-17]), 10, seed=2)
+    assert gm.factor_spectrum(X0)[1] == 1
+    _, tol = gm.gram_spectrum(X, return_tol=True)
+    assert tol == pytest.approx((10 * gm.EPS) ** 2, rel=1e-6)
+
+
+def test_nonzero_default_threshold():
+    # eigenvalues from eigh of the matrix itself: threshold n eps lambda_max (= 4.4e-16 here)
+    np.testing.assert_array_equal(gm.nonzero([1.0, 1e-14]), [1.0, 1e-14])
+    np.testing.assert_array_equal(gm.nonzero([1.0, 1e-16]), [1.0])
+    np.testing.assert_array_equal(gm.nonzero([1.0, 1e-14], n=1000), [1.0])  # 2.2e-13
+    assert gm.condition_number([2.0, 1e-14, -1e-17]) == pytest.approx(2e14)
+
+
+def test_max_verifiable_d_is_inclusive_and_exact():
+    """Largest d with kappa_d^power <= limit: the boundary itself counts, and one past it not."""
+    assert gm.max_verifiable_d(np.array([1.0, 0.5, 0.25]), power=1, limit=2.0) == 2
+    assert gm.max_verifiable_d(np.array([1.0, 0.5, 0.25]), power=1, limit=1.99) == 1
+    assert gm.max_verifiable_d(np.array([1.0, 0.5, 0.25]), power=2, limit=16.0) == 3
+    assert gm.max_verifiable_d(np.array([1.0, 0.0]), power=3) == 1  # zeros never count
+
+
+def test_ostrowski_interval_exact_and_attained():
+    assert gm.ostrowski_interval(100.0, [1.0, 2.0]) == (25.0, 400.0)
+    # diagonal A: N A N is diagonal too and the upper bound is attained
+    a = np.array([1.0, 1e-2])
+    n = np.array([2.0, 1.0])
+    lo, hi = gm.ostrowski_interval(a[0] / a[1], n)
+    kappa_nan = (n[0] ** 2 * a[0]) / (n[1] ** 2 * a[1])
+    assert kappa_nan == pytest.approx(hi) and lo <= kappa_nan
+    # and the lower one, by swapping N
+    lo2, _ = gm.ostrowski_interval(a[0] / a[1], n[::-1])
+    assert (n[1] ** 2 * a[0]) / (n[0] ** 2 * a[1]) == pytest.approx(lo2)

@@ -42,6 +42,8 @@ __all__ = [
     "load_cifar10",
     "load_digits",
     "load_tinystories",
+    "load_transformer_replay",
+    "TransformerReplay",
     "load",
     "class_subset",
     "search_dirs",
@@ -101,6 +103,7 @@ _IDX_SHA256 = {
 _FILE_SHA256 = {
     ("cifar10", "cifar10-jpeg-q75-10k-2k.npz"): "8ed58942420dbb58883aa71dfca7209ef3d48a2aeff17e5e13c000d6b415f147",
     ("tinystories", "tinystories_train_head_2MiB.txt"): "5352b299dcb1a32898b2d779b145b5a05f3e1265953fd21c264c9f9f9c9ae33d",
+    ("mi-ntk", "transformer_p29_seed2_init_and_order.npz"): "c5626d683bcc0b26122c87bc3c6363d2cb61a28aa1ed7df7b50edc345a91c188",
 }
 _URLS = {
     "mnist": "https://ossci-datasets.s3.amazonaws.com/mnist/",
@@ -111,6 +114,9 @@ _HOWTO = {
     "fashion-mnist": "the four IDX .gz files of Fashion-MNIST, or install Debian's dataset-fashion-mnist",
     "cifar10": "cifar10-jpeg-q75-10k-2k.npz (the book's CIFAR-10 subset; it has no public download)",
     "tinystories": "tinystories_train_head_2MiB.txt (the first 2 MiB of the TinyStories train split)",
+    "mi-ntk": ("transformer_p29_seed2_init_and_order.npz (the initial weights, batch order and split of "
+               "Paper B's one-layer-transformer run, made by replaying the random-number calls of the "
+               "author's public notebook modular_arithmetic_transformer_v4.ipynb, torch.manual_seed(2))"),
 }
 
 
@@ -275,6 +281,54 @@ def load_tinystories(data_dir: str | os.PathLike | None = None) -> list[str]:
     parts = text.split("<|endoftext|>")
     # The sample was cut at 2 MiB: what follows the last separator is an unfinished story.
     return [s.strip() for s in parts[:-1] if s.strip()]
+
+
+@dataclass(frozen=True)
+class TransformerReplay:
+    """The author's one-layer-transformer run (Paper B), as recorded for an exact replay.
+
+    ``params``: the initial weights under the author's torch parameter names without the module
+    prefixes (``W_E`` (30, 64), ``W_pos`` (3, 64), ``W_Q``/``W_K``/``W_V`` (4, 16, 64), ``W_O``
+    (64, 64), ``W_in`` (64, 256), ``W_out`` (256, 64), ``W_U`` (64, 30)), float32 as drawn by torch;
+    ``perms`` (epochs, 420) int64: the order of the training examples in each epoch (mini-batches
+    of 64, the last one of 36 kept); ``train_x`` (420, 3), ``test_x`` (421, 3) int64 token
+    triples ``(a, b, 29)`` of the author's 50% split.
+    """
+
+    params: dict
+    perms: np.ndarray
+    train_x: np.ndarray
+    test_x: np.ndarray
+    source: str
+
+
+#: torch parameter names in the recorded file -> the short names of ntkbook.models.transformer
+_REPLAY_NAMES = {
+    "embed.W_E": "W_E", "pos_embed.W_pos": "W_pos",
+    "transformer_block.attn.W_Q": "W_Q", "transformer_block.attn.W_K": "W_K",
+    "transformer_block.attn.W_V": "W_V", "transformer_block.attn.W_O": "W_O",
+    "transformer_block.mlp.W_in": "W_in", "transformer_block.mlp.W_out": "W_out",
+    "unembed.W_U": "W_U",
+}
+
+
+def load_transformer_replay(data_dir: str | os.PathLike | None = None) -> TransformerReplay:
+    """The initial weights, per-epoch batch order and split of the author's transformer run.
+
+    Reads ``mi-ntk/transformer_p29_seed2_init_and_order.npz`` from the data directories (see
+    :func:`search_dirs`), checked against its sha256. It has no public download: a missing file
+    raises :class:`DataNotFoundError` naming every place searched.
+    """
+    path = _verified_file("mi-ntk", "transformer_p29_seed2_init_and_order.npz", data_dir)
+    with np.load(path, allow_pickle=False) as z:
+        params = {short: np.asarray(z[f"init/{name}"]) for name, short in _REPLAY_NAMES.items()}
+        return TransformerReplay(
+            params=params,
+            perms=z["perms"].astype(np.int64),
+            train_x=z["train_x"].astype(np.int64),
+            test_x=z["test_x"].astype(np.int64),
+            source=f"Paper B transformer run (torch seed 2) recorded in {path}",
+        )
 
 
 _LOADERS = {

@@ -22,6 +22,8 @@ Reductions (``reduction=``)
     ``"class_mean"``  ``(N1, N2)``, ``(1/C) sum_c K_cc``;
     ``"flat"``        ``(N1*C, N2*C)``, the full kernel with row ``n*C + c`` for example ``n``,
                       output ``c``.
+    The mean over all ``C x C`` output pairs (the eNTK of the mean logit) has its own functions,
+    :func:`entk_mean_logit` and :func:`entk_matvec_mean_logit`, at the end of the module.
 
 Parameter filters
     ``param_filter`` is ``None`` (all parameters), a callable ``path -> bool`` where ``path`` is the
@@ -58,6 +60,9 @@ __all__ = [
     "default_layers",
     "KernelOperator",
     "REDUCTIONS",
+    "mean_logit",
+    "entk_mean_logit",
+    "entk_matvec_mean_logit",
 ]
 
 REDUCTIONS = ("full", "class", "class_mean", "flat")
@@ -582,3 +587,70 @@ def entk_matvec(
             return product(sel, frozen, x, v)
 
     return KernelOperator(fn, dim, dtype, reduction, C)
+
+
+# --------------------------------------------------------------------------------------------------
+# the mean-logit reduction (Paper B's transformer kernels)
+# --------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=32)
+def mean_logit(f):
+    r"""The scalar model :math:`\bar f(\theta, x) = \frac1C \sum_c f_c(\theta, x)`, as ``(1,)`` output.
+
+    Its eNTK is the full kernel averaged over all :math:`C \times C` pairs of outputs,
+
+    .. math:: \bar K(x, x') = \frac{1}{C^2} \sum_{c, d} K_{cd}(x, x')
+              = \nabla_\theta \bar f(x) \cdot \nabla_\theta \bar f(x'),
+
+    the reduction Paper B's author applies to the transformer's layer-wise kernels.  Cached on
+    ``f`` so that repeated calls reuse the engine's compiled functions.
+    """
+
+    def fbar(params, x):
+        out = f(params, x)
+        return jnp.mean(out, axis=-1, keepdims=True)
+
+    return fbar
+
+
+def entk_mean_logit(
+    f,
+    params,
+    x1,
+    x2=None,
+    *,
+    layers: Mapping[str, Filter] | None = None,
+    param_filter: Filter = None,
+    batch_size: int | None = None,
+):
+    r"""The **mean-logit** eNTK: ``(N1, N2)``, the full kernel averaged over all ``C × C`` output pairs.
+
+    Equal to ``entk(f, ..., reduction="full").mean(axis=(2, 3))`` but computed from the gradient
+    of the mean output (one reverse pass per example instead of ``C``), i.e. ``C²`` times less
+    contraction work than ``"full"`` and ``C`` times less than ``"class_mean"``.  With ``layers``
+    (a mapping name -> filter, as :func:`entk_layerwise`) it returns ``{name: kernel}`` from one
+    Jacobian pass; otherwise one kernel restricted by ``param_filter``.
+
+    When it agrees with ``"class_mean"``: write :math:`f = W_U^\top h` with :math:`h` the final
+    hidden state and :math:`k_{mn}(x,x') = \partial_\theta h_m(x) \cdot \partial_\theta h_n(x')`
+    for the selected parameters.  Then the mean-logit kernel is :math:`u^\top k\, u` with
+    :math:`u = W_U \mathbf 1 / C`, the class mean :math:`\operatorname{tr}(W_U^\top k W_U)/C`; they
+    are proportional whenever :math:`k_{mn} = \delta_{mn} \kappa`, e.g. for the weights ``W`` of a
+    last hidden layer ``h = W^T a`` (:math:`\kappa = a \cdot a'`).  For ``W_U`` itself
+    :math:`K_{cd} = \delta_{cd}\, h \cdot h'`, so both are multiples of :math:`h \cdot h'` too.
+    """
+    fbar = mean_logit(f)
+    if layers is not None:
+        if param_filter is not None:
+            raise ValueError("pass either layers or param_filter, not both")
+        return entk_layerwise(fbar, params, x1, x2, layers=layers, reduction="class", class_index=0,
+                              batch_size=batch_size)
+    return entk(fbar, params, x1, x2, reduction="class", class_index=0, param_filter=param_filter,
+                batch_size=batch_size)
+
+
+def entk_matvec_mean_logit(f, params, x, *, param_filter: Filter = None,
+                           reuse_forward: bool = True) -> KernelOperator:
+    """Matrix-free mean-logit eNTK on ``x``: ``v (N,) -> K̄ v`` (one VJP and one JVP of the mean
+    output per product); see :func:`entk_mean_logit` and :func:`entk_matvec`."""
+    return entk_matvec(mean_logit(f), params, x, reduction="class", class_index=0,
+                       param_filter=param_filter, reuse_forward=reuse_forward)

@@ -50,6 +50,16 @@ __all__ = [
     "RandomOverlap",
     "find_cliffs",
     "Cliffs",
+    "CONTENT_KINDS",
+    "axis_features",
+    "key_frequency_bases",
+    "fourier_content",
+    "additive_basis",
+    "additive_dimension",
+    "additive_chance",
+    "KeyFrequencies",
+    "embedding_fourier_power",
+    "key_frequencies",
 ]
 
 #: named integer combinations (α, β) of (a, b)
@@ -300,3 +310,140 @@ def find_cliffs(
     edges = tuple(chosen)
     sizes = tuple(int(s) for s in np.diff((0,) + edges))
     return Cliffs(edges, sizes, tuple(float(drops[e - 1]) for e in edges))
+
+
+# --------------------------------------------------------------------------------------------------
+# Fourier features at a few key frequencies (the one-layer transformer)
+# --------------------------------------------------------------------------------------------------
+#: the orthogonal feature families of :func:`key_frequency_bases`, in reporting order
+CONTENT_KINDS = ("const", "axis_sum", "axis_diff", "sum", "diff")
+
+
+def axis_features(p: int, frequencies: Iterable[int] | None = None, sign: int = 1) -> np.ndarray:
+    r"""Raw "axis" features ``(p², 2K)``: :math:`\cos\omega a + s \cos\omega b` and
+    :math:`\sin\omega a + s \sin\omega b` for :math:`\omega = 2\pi k/p` and ``sign`` :math:`s = \pm1`.
+
+    ``sign=+1`` gives Paper B's *axis sum* features, the functions of :math:`a` and of :math:`b`
+    that are symmetric under :math:`a \leftrightarrow b`; ``sign=-1`` the antisymmetric *axis
+    difference*.  Columns ``[cos k_1, sin k_1, cos k_2, ...]``.
+    """
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1, got {sign}")
+    freqs = None if frequencies is None else list(frequencies)
+    return fourier_features(p, "a", freqs) + sign * fourier_features(p, "b", freqs)
+
+
+def key_frequency_bases(p: int, frequencies: Iterable[int]) -> dict[str, np.ndarray]:
+    r"""Orthonormal bases ``(p², d)`` of the five feature families at the given frequencies.
+
+    ``const`` (d = 1), ``axis_sum`` (:math:`\cos\omega a + \cos\omega b`, ...), ``axis_diff``
+    (:math:`\cos\omega a - \cos\omega b`, ...), ``sum`` (:math:`\cos\omega(a+b)`, ...) and ``diff``
+    (:math:`\cos\omega(a-b)`, ...), each with d = 2K for K frequencies (p odd).  The five spaces
+    are mutually orthogonal: they are spanned by distinct characters :math:`\chi_{k,l}` of
+    :math:`\mathbb Z_p^2` (:math:`(0,0)`; :math:`(\pm k, 0)` and :math:`(0, \pm k)`; :math:`\pm(k,k)`;
+    :math:`\pm(k,-k)`) as long as no frequency is 0 or :math:`p/2`.
+    """
+    freqs = [int(k) for k in frequencies]
+    if not freqs:
+        raise ValueError("no frequencies given")
+    bad = [k for k in freqs if not 1 <= k <= p // 2]
+    if bad or len(set(freqs)) != len(freqs):
+        raise ValueError(f"frequencies must be distinct integers in 1..{p // 2}, got {freqs}")
+    n = p * p
+    return {
+        "const": np.full((n, 1), 1.0 / math.sqrt(n)),
+        "axis_sum": orthonormal_basis(axis_features(p, freqs, +1)),
+        "axis_diff": orthonormal_basis(axis_features(p, freqs, -1)),
+        "sum": fourier_basis(p, "sum", freqs),
+        "diff": fourier_basis(p, "diff", freqs),
+    }
+
+
+def fourier_content(vectors, bases: dict[str, np.ndarray]) -> np.ndarray:
+    r"""Share of each vector's squared norm in each feature space, and the rest.
+
+    ``vectors`` ``(N, k)`` (columns, e.g. eigenvectors); ``bases`` name -> orthonormal ``(N, d)``
+    bases of mutually orthogonal spaces (e.g. :func:`key_frequency_bases`).  Returns ``(k,
+    len(bases) + 1)``: column ``j`` is :math:`\|F_j^\top v\|^2 / \|v\|^2`, the last column the
+    remainder ``1 - sum``, so every row sums to one.
+    """
+    V = np.asarray(vectors, dtype=np.float64)
+    if V.ndim == 1:
+        V = V[:, None]
+    norms = np.sum(V * V, axis=0)
+    if np.any(norms == 0):
+        raise ValueError("a vector has zero norm")
+    shares = [np.sum((F.T @ V) ** 2, axis=0) / norms for F in bases.values()]
+    out = np.stack(shares, axis=1)
+    return np.concatenate([out, np.clip(1.0 - out.sum(axis=1, keepdims=True), 0.0, None)], axis=1)
+
+
+def additive_basis(p: int) -> np.ndarray:
+    r"""Orthonormal basis ``(p², 2p-1)`` of the *additive* functions :math:`g(a) + h(b)` on the grid
+    (the constant plus the functions of :math:`a` alone and of :math:`b` alone)."""
+    return np.concatenate([np.full((p * p, 1), 1.0 / p), fourier_basis(p, ("a", "b"))], axis=1)
+
+
+def additive_dimension(p: int) -> int:
+    """Dimension ``2p - 1`` of the additive functions on the ``p x p`` grid (p odd)."""
+    return 2 * p - 1
+
+
+def additive_chance(p: int, k: int, d: int, **kw) -> RandomOverlap:
+    r"""Chance overlap of a random k-dimensional subspace *of the additive functions* with a fixed
+    d-dimensional subspace of them (e.g. the axis-sum features at the key frequencies).
+
+    Kernels whose eigenvectors are (nearly) additive, such as the embedding's and attention's
+    early in training, make the usual chance level :math:`kd/p^2` far too lenient: their top
+    eigenvectors are random only within the :math:`2p-1` additive dimensions, so the fair level
+    is :math:`kd/(2p-1)` (:func:`random_subspace_overlap` with ``n = 2p - 1``).
+    """
+    return random_subspace_overlap(additive_dimension(p), k, d, **kw)
+
+
+@dataclass(frozen=True)
+class KeyFrequencies:
+    """Key frequencies read off the Fourier power of an embedding.
+
+    ``power[k-1]`` is the power at frequency ``k = 1 .. ⌊p/2⌋`` as a fraction of the total
+    non-constant power; ``norm`` the Frobenius norm of the projection (unnormalised);
+    ``frequencies`` those with ``power >= threshold * max(power)``, strongest first.
+    """
+
+    frequencies: tuple[int, ...]
+    power: np.ndarray
+    norm: np.ndarray
+    threshold: float
+
+
+def embedding_fourier_power(W, p: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""Fourier power of an embedding over the residues: ``(fraction (⌊p/2⌋,), norm (⌊p/2⌋,))``.
+
+    ``W`` ``(V, d)`` with rows ``0 .. p-1`` the embeddings of the residues (extra rows, such as the
+    ``=`` token, are ignored).  With :math:`B_k` the orthonormal ``(p, 2)`` basis of
+    :math:`\cos, \sin(2\pi k a/p)`, the norm is :math:`\|B_k^\top W\|_F` and the power its square
+    divided by :math:`\sum_{k \ge 1} \|B_k^\top W\|_F^2` (the constant is left out).
+    """
+    W = np.asarray(W, dtype=np.float64)
+    if W.ndim != 2 or W.shape[0] < p:
+        raise ValueError(f"W must be (V, d) with V >= p = {p} rows, got shape {W.shape}")
+    a = np.arange(p)
+    ks = np.arange(1, p // 2 + 1)
+    norms = np.empty(ks.size)
+    for i, k in enumerate(ks):
+        B = np.stack([np.cos(2 * np.pi * k * a / p), np.sin(2 * np.pi * k * a / p)], axis=1)
+        B = orthonormal_basis(B, center=False)
+        norms[i] = np.linalg.norm(B.T @ W[:p])
+    power = norms**2
+    return power / power.sum(), norms
+
+
+def key_frequencies(W, p: int, threshold: float = 0.25) -> KeyFrequencies:
+    """Key frequencies of an embedding ``W`` ``(V, d)``: those whose Fourier power is at least
+    ``threshold`` times the largest (see :func:`embedding_fourier_power`), strongest first."""
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    power, norm = embedding_fourier_power(W, p)
+    keep = np.flatnonzero(power >= threshold * power.max())
+    order = keep[np.argsort(-power[keep], kind="stable")]
+    return KeyFrequencies(tuple(int(i) + 1 for i in order), power, norm, float(threshold))

@@ -397,6 +397,8 @@ class PointStore:
                 f"checkpoint {npz} is incomplete (arrays {sorted(arrays)} but "
                 f"{meta.get('array_names')} expected). {self.repair}"
             )
+        if not isinstance(meta.get("scalars"), dict):
+            raise StoreError(f"checkpoint {js} has no scalars. {self.repair}")
         return arrays, meta["scalars"]
 
     def cached(

@@ -1,0 +1,295 @@
+"""Mutation testing of ``lib/ntkbook``: does the test suite notice when the code is wrong?
+
+Each mutation below is a small, deliberate bug (a threshold loosened, a check removed, an index
+off by one, two writes swapped). For each, the script copies ``lib/`` and ``tests/`` (from the
+working tree, or from a git commit with ``--ref``) into a temporary folder, applies the mutation
+to the copy, runs the tests that should notice it and reports the mutation *killed* (a test
+failed) or *survived* (every test passed: the bug would go unnoticed). The unmutated copy is run
+first on the same tests; a mutation whose tests already fail unmutated is reported ``baseline``.
+
+    python tools/mutations.py                 # every mutation, tests of the working tree
+    python tools/mutations.py --ref 0036384   # the same mutations against an older commit
+    python tools/mutations.py --only E2 S1    # some of them
+    python tools/mutations.py --list          # what they are
+
+A mutation's text may have changed between commits: each lists one or more (old, new) pairs, and
+the first whose ``old`` occurs exactly once in the file is applied (``n/a`` if none does). It
+runs on the CPU, one pytest process per mutation (``-x``: it stops at the first failing test), so a
+full run takes about half an hour on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    id: str
+    file: str  # relative to lib/ntkbook
+    what: str
+    edits: tuple[tuple[str, str], ...]  # alternatives: the first that applies is used
+    tests: tuple[str, ...]  # test files (relative to the repository) that should kill it
+
+
+def M(id, file, what, edits, tests):
+    if isinstance(edits[0], str):
+        edits = (edits,)
+    return Mutation(id, file, what, tuple(edits), tuple(tests))
+
+
+EIG = ("tests/test_eig.py",)
+FEAT = ("tests/test_features.py",)
+GRAM = ("tests/test_gram.py", "tests/test_key_numbers.py")
+STORE = ("tests/test_store.py", "tests/test_faults.py")
+ENTK = ("tests/test_entk.py",)
+TRAIN = ("tests/test_train.py",)
+MOD = ("tests/test_modular.py", "tests/test_key_numbers.py")
+
+MUTATIONS = [
+    # -- eig: Lanczos and dense eigensolvers ---------------------------------------------------
+    M("E1", "eig.py", "one re-orthogonalisation pass instead of two (default)",
+      ("    reorthogonalize: int = 2,\n    seed: int = 0,", "    reorthogonalize: int = 1,\n    seed: int = 0,"), EIG),
+    M("E2", "eig.py", "Ritz residual estimate from the first row of S instead of the last",
+      ("res = np.abs(betas[m - 1] * S[m - 1, :])", "res = np.abs(betas[m - 1] * S[0, :])"), EIG),
+    M("E3", "eig.py", "breakdown detection off",
+      ("if b <= eps ** (2.0 / 3.0) * max(anorm, np.finfo(float).tiny):", "if False:"), EIG),
+    M("E4", "eig.py", "Lanczos symmetry check 10^6 times looser",
+      ("rtol=1e-8 if jnp.finfo(dtype).bits >= 64 else 1e-3)", "rtol=1e-2 if jnp.finfo(dtype).bits >= 64 else 1e3)"), EIG),
+    M("E5", "eig.py", "Lanczos non-finite check off",
+      ("if not (np.isfinite(a) and np.isfinite(b)):", "if False:"), EIG),
+    M("E6", "eig.py", "dense_topk returns the smallest eigenpairs",
+      ("w, V = w[::-1][:k], V[:, ::-1][:, :k]", "w, V = w[:k], V[:, :k]"), EIG),
+    M("E7", "eig.py", "dense_topk symmetry check off",
+      ("    if asym > rtol * size:\n", "    if False:\n"), EIG),
+    M("E8", "eig.py", "HVP returns the gradient, not the Hessian product",
+      ("return jax.jvp(grad, (th,), (v,))[1]", "return jax.jvp(grad, (th,), (v,))[0]"), EIG),
+    M("E9", "eig.py", "Lanczos orthogonal restart after breakdown off (restart with the raw vector)",
+      ("            r = _orthogonalize(Q, r, 2)\n", "            pass\n"), EIG),
+    # -- features: Fourier bases, overlaps, chance levels, cliffs ------------------------------
+    M("F1", "features.py", "chance-level variance formula: (n - 1) -> n",
+      ("(n * n * (n - 1) * (n + 2))", "(n * n * n * (n + 2))"), FEAT),
+    M("F2", "features.py", "rank cut-off of orthonormal_basis 1e-8 -> 1e-3",
+      ("def orthonormal_basis(F, center: bool = True, rtol: float = 1e-8)",
+       "def orthonormal_basis(F, center: bool = True, rtol: float = 1e-3)"), FEAT),
+    M("F3", "features.py", "cliff detector rel_drop 10 -> 3",
+      ("    rel_drop: float = 10.0,", "    rel_drop: float = 3.0,"), FEAT + MOD),
+    M("F4", "features.py", "cliff detector frac_of_max 0.2 -> 0.02",
+      ("    frac_of_max: float = 0.2,", "    frac_of_max: float = 0.02,"), FEAT + MOD),
+    M("F5", "features.py", "cliff detector ignores max_index",
+      ("        keep = min(keep, int(max_index))", "        keep = keep"), FEAT + MOD),
+    M("F6", "features.py", "cliff blocks may be single eigenvalues (min_size check off)",
+      ("if np.all(np.diff([0] + trial) >= min_size):", "if True:"), FEAT + MOD),
+    M("F7", "features.py", "subspace overlap sums |cos| instead of cos^2",
+      ("return float(np.sum((Q.T @ F) ** 2))", "return float(np.sum(np.abs(Q.T @ F)))"), FEAT),
+    M("F8", "features.py", "orthonormal_basis does not centre",
+      ("    if center:\n        F = F - F.mean(axis=0, keepdims=True)\n", "    pass\n"), FEAT + MOD),
+    # -- gram: spectra, thresholds, widths (Paper A) -------------------------------------------
+    M("G1", "gram.py", "null-space threshold of a factor 10^4 times looser",
+      ("tol = (max(F.shape) * EPS * (s[0] if s.size else 0.0)) ** 2",
+       "tol = (max(F.shape) * 1e4 * EPS * (s[0] if s.size else 0.0)) ** 2"), GRAM),
+    M("G2", "gram.py", "nonzero() default threshold 10^3 times looser",
+      ("tol = (n or eigs.size) * EPS * max(eigs[0], 0.0)", "tol = (n or eigs.size) * 1e3 * EPS * max(eigs[0], 0.0)"), GRAM),
+    M("G3", "gram.py", "max_verifiable_d off by one",
+      ("return int(np.flatnonzero(ok)[-1] + 1) if ok.any() else 0", "return int(np.flatnonzero(ok)[-1]) if ok.any() else 0"), GRAM),
+    M("G4", "gram.py", "Ostrowski interval with N instead of N^2",
+      ("d2 = np.asarray(diag, dtype=np.float64) ** 2", "d2 = np.abs(np.asarray(diag, dtype=np.float64))"), GRAM),
+    M("G5", "gram.py", "effective condition number kappa_d uses lambda_{d+1}",
+      ("    if lam[d - 1] <= 0:\n        return math.inf\n    return float(lam[0] / lam[d - 1])",
+       "    if lam[min(d, lam.size - 1)] <= 0:\n        return math.inf\n    return float(lam[0] / lam[min(d, lam.size - 1)])"), GRAM),
+    M("G6", "gram.py", "ridge condition number without the ridge on top",
+      ("return float((lam[0] + eps) / (lam[-1] + eps))", "return float(lam[0] / (lam[-1] + eps))"), GRAM),
+    M("G7", "gram.py", "Hoeffding width: union bound over n, not n^2, entries",
+      ("math.log(2.0 * n**2 / delta)", "math.log(2.0 * n / delta)"), GRAM),
+    M("G8", "gram.py", "max_verifiable_d boundary: <= becomes <",
+      ("ok = pos & (power * log_kappa <= math.log(limit))", "ok = pos & (power * log_kappa < math.log(limit))"), GRAM),
+    # -- entk -----------------------------------------------------------------------------------
+    M("N1", "entk.py", "class_mean kernel not divided by C",
+      ("            if reduction == \"class_mean\":\n                k = k / C\n", "            pass\n"), ENTK),
+    M("N2", "entk.py", "lower blocks of a chunked symmetric kernel transposed wrongly",
+      ("return jnp.transpose(k, (1, 0, 3, 2))", "return jnp.transpose(k, (1, 0, 2, 3))"), ENTK),
+    M("N3", "entk.py", "matrix-free class_mean product not divided by C",
+      ('return jnp.einsum("cnc->n", outs) / C', 'return jnp.einsum("cnc->n", outs)'), ENTK),
+    M("N4", "entk.py", "non-finite input check off",
+      ("    if bool(jnp.any(bad)):\n", "    if False:\n"), ENTK),
+    M("N5", "entk.py", "padded rows of the last chunk kept in the kernel",
+      ("grid[g][i][j] = out[g][:na, :nb]", "grid[g][i][j] = out[g]"), ENTK),
+    # -- train ----------------------------------------------------------------------------------
+    M("T1", "train.py", "finite blow-up check off",
+      ("too_big = np.zeros_like(bad_loss) if limit is None else np.isfinite(losses) & (losses > limit)",
+       "too_big = np.zeros_like(bad_loss)"), TRAIN),
+    M("T2", "train.py", "non-finite gradient check off",
+      ("bad = bad_loss | ~grad_ok | too_big", "bad = bad_loss | too_big"), TRAIN),
+    M("T3", "train.py", "require_trained accepts every model",
+      ("ok &= bool(np.isfinite(a) and a >= min_train_acc)", "ok &= True"), TRAIN + MOD),
+    # -- store ----------------------------------------------------------------------------------
+    M("S1", "store.py", "checkpoint json written before its npz",
+      (("            data = _npz_bytes(arrays)\n            _write_or_explain(npz, data, resume)\n"
+        "            meta = {\"key\": key, \"code\": self.code, \"array_names\": sorted(arrays),\n"
+        "                    \"scalars\": scalars, \"npz_sha256\": _sha256(data), \"json_sha256\": None}\n"
+        "            meta[\"json_sha256\"] = _json_digest(meta)\n"
+        "            _write_or_explain(js, json.dumps(meta, indent=1).encode(), resume)\n",
+        "            data = _npz_bytes(arrays)\n"
+        "            meta = {\"key\": key, \"code\": self.code, \"array_names\": sorted(arrays),\n"
+        "                    \"scalars\": scalars, \"npz_sha256\": _sha256(data), \"json_sha256\": None}\n"
+        "            meta[\"json_sha256\"] = _json_digest(meta)\n"
+        "            _write_or_explain(js, json.dumps(meta, indent=1).encode(), resume)\n"
+        "            _write_or_explain(npz, data, resume)\n"),
+       ("            _atomic_write_bytes(npz, _npz_bytes(arrays))\n"
+        "            meta = {\"key\": key, \"array_names\": sorted(arrays), \"scalars\": scalars}\n"
+        "            _atomic_write_bytes(js, json.dumps(meta, indent=1).encode())\n",
+        "            meta = {\"key\": key, \"array_names\": sorted(arrays), \"scalars\": scalars}\n"
+        "            _atomic_write_bytes(js, json.dumps(meta, indent=1).encode())\n"
+        "            _atomic_write_bytes(npz, _npz_bytes(arrays))\n")), STORE),
+    M("S2", "store.py", "no fsync before the rename",
+      ("            os.fsync(fh.fileno())\n", "            pass\n"), STORE),
+    M("S3", "store.py", "checkpoint key check removed",
+      ("if meta.get(\"key\") != key:", "if False:"), STORE),
+    M("S4", "store.py", "result npz hash not verified",
+      ("if _sha256(data) != integrity.get(\"npz_sha256\"):", "if False:"), STORE),
+    M("S5", "store.py", "result json hash not verified",
+      ("if integrity.get(\"json_sha256\") != _json_digest(meta):", "if False:"), STORE),
+    M("S6", "store.py", "entry lock is a no-op",
+      ("                fcntl.flock(fd, mode | fcntl.LOCK_NB)\n", "                pass\n"), STORE),
+    M("S7", "store.py", "checkpoints of other code reused",
+      ("if meta.get(\"code\", \"\") != self.code:", "if False:"), STORE),
+    M("S8", "store.py", "--recompute keeps the checkpoints",
+      ("self.clear_points(name, version, config, keep=None if recompute else code)",
+       "self.clear_points(name, version, config, keep=code)"), STORE),
+    M("S9", "store.py", "non-finite floats stored as strings again",
+      ("    if isinstance(obj, float):\n        return float(obj)\n",
+       "    if isinstance(obj, float):\n        return float(obj) if np.isfinite(obj) else repr(obj)\n"), STORE),
+    M("S10", "store.py", "uncommitted code not refused",
+      ("        if prov.get(\"git_dirty\"):\n", "        if False:\n"), STORE),
+    M("S11", "store.py", "stored config not compared with the requested one",
+      (("if canonical_json(meta.get(\"config\")) != canonical_json(config):", "if False:"),), STORE),
+    M("S12", "store.py", "checkpoint npz hash not verified",
+      ("if meta.get(\"npz_sha256\") is not None and _sha256(data) != meta[\"npz_sha256\"]:", "if False:"), STORE),
+    # -- experiments ----------------------------------------------------------------------------
+    M("X1", "experiments/modular_mlp.py", "first-cliff theory 4*floor(p/2) -> 2p",
+      ("\"first_cliff_theory\": 4 * (config.p // 2),", "\"first_cliff_theory\": 2 * config.p,"), MOD),
+    M("X2", "experiments/modular_mlp.py", "constant mode never set aside",
+      ("has_const = bool(const_w[ci] > 0.5)", "has_const = False"), MOD),
+    M("X3", "experiments/gram_conditioning.py", "G~ spectrum taken from X instead of the attention output A = G X",
+      ("lam_a, rank_a, kappa_a = gm.factor_spectrum(A)", "lam_a, rank_a, kappa_a = gm.factor_spectrum(x)"), GRAM),
+]
+
+
+def materialise(dest: Path, ref: str | None) -> None:
+    """lib/ and tests/ (and the results the tests read) of ``ref`` (or the working tree) in ``dest``."""
+    parts = ["lib", "tests", "results", "pyproject.toml"]
+    if ref is None:
+        for p in parts:
+            src = REPO / p
+            if src.is_dir():
+                shutil.copytree(src, dest / p, ignore=shutil.ignore_patterns("__pycache__"))
+            elif src.exists():
+                shutil.copy2(src, dest / p)
+    else:
+        tar = subprocess.run(["git", "-C", str(REPO), "archive", ref, *parts],
+                             capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+
+
+def apply(root: Path, mut: Mutation) -> bool:
+    path = root / "lib" / "ntkbook" / mut.file
+    if not path.exists():
+        return False
+    text = path.read_text()
+    for old, new in mut.edits:
+        if text.count(old) == 1:
+            path.write_text(text.replace(old, new))
+            return True
+    return False
+
+
+def run_tests(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
+    files = [t for t in tests if (root / t).exists()]
+    if not files:
+        return "no tests", 0.0, ""
+    env = dict(os.environ, PYTHONPATH=str(root / "lib"), PYTHONDONTWRITEBYTECODE="1",
+               NTKBOOK_SCRATCH=str(root / ".scratch"), NTKBOOK_CACHE=str(root / ".cache"),
+               NTKBOOK_RESULTS=str(root / "results"), NTKBOOK_GIT_COMMIT="mutation-test")
+    env.setdefault("NTKBOOK_DATA", str(REPO.parent / "shared" / "data"))
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                               *files], cwd=root, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.perf_counter() - t0, ""
+    dt = time.perf_counter() - t0
+    failed = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+    return ("pass" if proc.returncode == 0 else "fail"), dt, (failed[0] if failed else
+                                                             proc.stdout.strip().splitlines()[-1:] and
+                                                             proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ref", help="git commit whose lib/ and tests/ to mutate (default: working tree)")
+    ap.add_argument("--only", nargs="*", help="mutation ids")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args(argv)
+    muts = [m for m in MUTATIONS if not args.only or m.id in args.only]
+    if args.list:
+        for m in muts:
+            print(f"{m.id:4s} {m.file:32s} {m.what}")
+        return 0
+    base = Path(tempfile.mkdtemp(prefix="ntkbook-mutations-"))
+    clean = base / "clean"
+    clean.mkdir()
+    materialise(clean, args.ref)
+    print(f"mutating lib/ of {args.ref or 'the working tree'} in {base}", flush=True)
+    baseline: dict[str, str] = {}
+    rows = []
+    try:
+        for m in muts:
+            work = base / m.id
+            shutil.copytree(clean, work)
+            if not apply(work, m):
+                rows.append((m, "n/a", 0.0, "the code to mutate is not there"))
+                print(f"{m.id:4s} n/a       {m.what}", flush=True)
+                shutil.rmtree(work)
+                continue
+            tests = tuple(t for t in m.tests if (clean / t).exists())
+            for t in tests:  # each test file once, unmutated
+                if t not in baseline:
+                    baseline[t] = run_tests(clean, (t,), args.timeout)[0]
+                    print(f"     baseline {t}: {baseline[t]}", flush=True)
+            failing = [t for t in tests if baseline[t] != "pass"]
+            if failing:
+                rows.append((m, "baseline", 0.0, f"unmutated tests fail: {failing}"))
+                print(f"{m.id:4s} baseline  {m.what} (tests fail unmutated)", flush=True)
+                shutil.rmtree(work)
+                continue
+            status, dt, detail = run_tests(work, tests, args.timeout)
+            verdict = {"fail": "killed", "pass": "SURVIVED"}.get(status, status)
+            rows.append((m, verdict, dt, detail))
+            print(f"{m.id:4s} {verdict:9s} {dt:6.1f}s  {m.what}  [{detail}]", flush=True)
+            shutil.rmtree(work)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    applicable = [r for r in rows if r[1] in ("killed", "SURVIVED")]
+    killed = sum(r[1] == "killed" for r in applicable)
+    print(f"\nscore: {killed} of {len(applicable)} applicable mutations killed "
+          f"({len(rows) - len(applicable)} not applicable or not testable here)")
+    for m, verdict, _, _ in rows:
+        if verdict == "SURVIVED":
+            print(f"  survived: {m.id} {m.what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
