@@ -158,7 +158,8 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
     lines = ["```{admonition} Run this chapter", ":class: tip run-this-chapter", "",
              f"- **Command** (from the repository root): `make chapter CH={chapter} SCALE=smoke` "
              f"renders this page from scratch at smoke scale; `make chapter CH={chapter}` at paper "
-             f"scale (stored results). Or open it as a notebook: `jupyter lab book/{chapter}.md`."]
+             f"scale (stored results). Or open it as a notebook: `make lab CH={chapter}` "
+             f"(JupyterLab with jupytext; the chapter's parameters cell holds its knobs)."]
     if data:
         lines.append(f"- **Data**: {', '.join(data)}, read from the folder named by `NTKBOOK_DATA` "
                      "(see the README; MNIST and Fashion-MNIST are downloaded when missing).")
