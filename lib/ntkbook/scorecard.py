@@ -272,7 +272,7 @@ def _cell(text: str) -> str:
 
 
 def markdown(rows: list[Row], labels: set[str] | None = None, heading_level: int = 2) -> str:
-    """The scorecard as MyST Markdown: one table per paper (claim, paper, ours, verdict, source),
+    """The scorecard as MyST Markdown: one table per paper (claim, paper, ours, verdict and source),
     claims linked to their sections where the label exists in ``labels``."""
     labels = book_labels() if labels is None else labels
     out = []
@@ -281,7 +281,7 @@ def markdown(rows: list[Row], labels: set[str] | None = None, heading_level: int
         if not sel:
             continue
         out += [f"{'#' * heading_level} {title}", "",
-                "| claim | the paper | ours | verdict | measured by |", "|---|---|---|---|---|"]
+                "| claim | the paper | ours | verdict (measured by) |", "|---|---|---|---|"]
         for r in sel:
             c = r.claim
             target = c.link_target(labels)
@@ -289,8 +289,8 @@ def markdown(rows: list[Row], labels: set[str] | None = None, heading_level: int
             claim = f"{ident}: {c.claim}"
             ours = r.ours + (f" ({r.note})" if r.note else "") if r.verdict != NOT_MEASURED else "–"
             src = r.source if r.verdict != NOT_MEASURED else f"chapter `{c.chapter}`"
-            out.append(f"| {_cell(claim)} | {_cell(c.reported)} | {_cell(ours)} | {_MARK[r.verdict]} "
-                       f"| {_cell(src)} |")
+            out.append(f"| {_cell(claim)} | {_cell(c.reported)} | {_cell(ours)} "
+                       f"| {_MARK[r.verdict]} ({_cell(src)}) |")
         out.append("")
     return "\n".join(out)
 
