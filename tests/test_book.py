@@ -177,7 +177,10 @@ def test_reader_chapters_open_with_run_box_and_knobs(chapter):
     assert params and "scale" in params[0].source
     assert len([ln for ln in params[0].source.splitlines() if "=" in ln]) >= 2, \
         f"{chapter}: the parameters cell holds only the scale (add the knobs a student would turn)"
-    first_shown = next(c for c in code if "remove-cell" not in c.metadata.get("tags", []))
+    assert "remove-cell" not in params[0].metadata.get("tags", []), \
+        f"{chapter}: the parameters cell is removed from the page (use hide-input: readers look for the knobs)"
+    first_shown = next(c for c in code if "remove-cell" not in c.metadata.get("tags", [])
+                       and "parameters" not in c.metadata.get("tags", []))
     assert "run_this_chapter(" in first_shown.source, f"{chapter}: the first shown cell is not the run box"
     uses_results = any("load_or_run(" in c.source for c in code)
     if uses_results:
