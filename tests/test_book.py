@@ -55,9 +55,10 @@ def test_source_tree_stays_clean(smoke_build):
 
 
 def _expected_figures(chapter: str) -> int:
+    """Images the page must show: glue figures of the source, plus figure outputs of shown cells."""
     nb_path = OUT / "src" / Path(chapter).with_suffix(".ipynb")
     nb = nbformat.read(nb_path, as_version=4)
-    n = 0
+    n = (REPO / chapter).read_text().count("```{glue:figure}")
     for cell in nb.cells:
         if cell.cell_type != "code" or "remove-cell" in cell.metadata.get("tags", []) \
                 or "remove-output" in cell.metadata.get("tags", []):
@@ -74,13 +75,16 @@ def _chromium() -> str:
     return path
 
 
+@pytest.mark.parametrize("width", htmlcheck.WIDTHS)
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_page_in_browser(smoke_build, chapter):
+def test_page_in_browser(smoke_build, chapter, width):
+    """At a laptop's and a phone's width: figures load, numbered, captioned, with alt text; math
+    renders and fits; tables fit or scroll in their own box; no error output or text leftovers."""
     chromium = _chromium()
     assert smoke_build["code"] == 0, "the book did not build"
     page = OUT / "html" / Path(chapter).with_suffix(".html")
-    report = htmlcheck.check_page(page, chromium=chromium)
-    assert report.ok, f"{page}: {report.problems}"
+    report = htmlcheck.check_page(page, chromium=chromium, width=width)
+    assert report.ok, f"{page} at {width} px:\n" + "\n".join(report.problems)
     assert report.images >= _expected_figures(chapter), (
         f"{page}: {report.images} images shown, the notebook has {_expected_figures(chapter)} figures")
     source = (REPO / chapter).read_text()
@@ -97,11 +101,14 @@ def test_browser_check_catches_broken_figure(tmp_path):
 
     fig = plt.figure(figsize=(1, 1))
     fig.savefig(tmp_path / "ok.png")
+    plt.close(fig)
+    figure = ('<figure><img alt="A test image" src="{}"><figcaption><span class="caption-number">Fig. 1 '
+              '</span><span class="caption-text">What to see.</span></figcaption></figure>')
     good = tmp_path / "good.html"
-    good.write_text('<html><body><main><img src="ok.png"></main></body></html>')
+    good.write_text(f'<html><body><main>{figure.format("ok.png")}</main></body></html>')
     assert htmlcheck.check_page(good, chromium=chromium).ok
     bad = tmp_path / "bad.html"
-    bad.write_text('<html><body><main><img src="ok.png"><img src="missing.png"></main></body></html>')
+    bad.write_text(f'<html><body><main>{figure.format("ok.png")}{figure.format("missing.png")}</main></body></html>')
     report = htmlcheck.check_page(bad, chromium=chromium)
     assert not report.ok and report.broken_images == ["missing.png"]
     err = tmp_path / "err.html"
@@ -120,3 +127,119 @@ def test_failing_chapter_names_chapter_and_cell(tmp_path):
     )
     with pytest.raises(bookbuild.ChapterError, match=r"broken.md failed in cell .*ValueError: deliberate failure"):
         bookbuild.execute_chapter(chapter, tmp_path / "out" / "broken.ipynb", "smoke")
+
+
+# ------------------------------------------------------------------------------------------------
+# conventions of the chapters' sources (fast: no execution)
+# ------------------------------------------------------------------------------------------------
+import re  # noqa: E402
+
+#: chapters of the "reader" helper: the Run-this-chapter box and the provenance line are checked here
+READER_CHAPTERS = ["book/intro.md", "book/ntk_in_one_page.md", "book/entk_lanczos.md", "book/modular_mlp.md"]
+NO_EXERCISES = {"book/scorecard.md", "book/fork.md", "book/references.md"}
+FEWER_EXERCISES = {"book/intro.md": 1, "book/ntk_in_one_page.md": 1}
+
+
+def _cells(chapter: str):
+    import jupytext
+
+    return jupytext.read(REPO / chapter).cells
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c not in NO_EXERCISES])
+def test_chapter_has_exercises(chapter):
+    text = (REPO / chapter).read_text()
+    n = len(re.findall(r"^```\{exercise\}", text, re.M))
+    lo = FEWER_EXERCISES.get(chapter, 3)
+    assert lo <= n <= 5, f"{chapter}: {n} exercises (want {lo}-5, sphinx-exercise)"
+    labels = re.findall(r"^```\{exercise\}\n:label: (\S+)", text, re.M)
+    for label in labels:
+        assert re.search(rf"^```\{{solution(-start)?\}} {re.escape(label)}$", text, re.M), \
+            f"{chapter}: exercise {label} has no solution"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_glue_figures_have_name_alt_and_caption(chapter):
+    text = (REPO / chapter).read_text()
+    for m in re.finditer(r"^```\{glue:figure\} (\S+)\n(.*?)^```$", text, re.M | re.S):
+        body = m.group(2)
+        assert f":name: {m.group(1)}" in body, f"{chapter}: glue:figure {m.group(1)} has no :name:"
+        assert re.search(r"^:alt: \S", body, re.M), f"{chapter}: glue:figure {m.group(1)} has no :alt:"
+        caption = "\n".join(ln for ln in body.splitlines() if not ln.startswith(":")).strip()
+        assert caption, f"{chapter}: glue:figure {m.group(1)} has no caption"
+
+
+@pytest.mark.parametrize("chapter", READER_CHAPTERS)
+def test_reader_chapters_open_with_run_box_and_knobs(chapter):
+    cells = _cells(chapter)
+    code = [c for c in cells if c.cell_type == "code"]
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert params and "scale" in params[0].source
+    assert len([ln for ln in params[0].source.splitlines() if "=" in ln]) >= 2, \
+        f"{chapter}: the parameters cell holds only the scale (add the knobs a student would turn)"
+    assert "remove-cell" not in params[0].metadata.get("tags", []), \
+        f"{chapter}: the parameters cell is removed from the page (use hide-input: readers look for the knobs)"
+    first_shown = next(c for c in code if "remove-cell" not in c.metadata.get("tags", [])
+                       and "parameters" not in c.metadata.get("tags", []))
+    assert "run_this_chapter(" in first_shown.source, f"{chapter}: the first shown cell is not the run box"
+    uses_results = any("load_or_run(" in c.source for c in code)
+    if uses_results:
+        assert "provenance_line(" in first_shown.source, f"{chapter}: no provenance line under the title"
+    for c in code:
+        tags = c.metadata.get("tags", [])
+        if "remove-input" in tags:
+            assert not re.search(r"\b(plot_\w+|glue\(\"fig-|Markdown\()", c.source) or \
+                "claim_line(" in c.source, f"{chapter}: a figure or table cell is remove-input:\n{c.source[:200]}"
+
+
+def test_figures_of_reader_chapters_are_readable():
+    """Every figure of the intro, eNTK and modular chapters (drawn from the stored paper-scale
+    results) keeps its smallest text at 9 pt or more when scaled to the text column."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ntkbook.experiments import load_or_run
+    from ntkbook.plotting import MIN_FONT_PX, display_font_px, entk as pe, intro as pi, modular as pm
+
+    mm = load_or_run("modular_mlp", "paper")
+    demo = load_or_run("demo_sweep", "paper")
+    eigs = np.linspace(1, 100, 50)
+    figures = {
+        "intro overview": pi.plot_overview(eigs, eigs ** 3, demo),
+        "entk convergence": pe.plot_entk_convergence(load_or_run("entk_convergence", "paper")),
+        "lanczos ghosts": pe.plot_lanczos_ghosts(load_or_run("lanczos_ghosts", "paper")),
+        "grokking": pm.plot_grokking(mm),
+        "spectra": pm.plot_spectra(mm),
+        "eigenvectors": pm.plot_eigenvectors(mm, "final"),
+        "dynamics": pm.plot_dynamics(mm),
+        "crosscheck": pm.plot_crosscheck(mm),
+    }
+    small = {name: round(display_font_px(fig), 1) for name, fig in figures.items()
+             if display_font_px(fig) < MIN_FONT_PX}
+    for fig in figures.values():
+        plt.close(fig)
+    assert not small, f"text smaller than 9 pt at display size (px): {small}"
+    # the lanczos panel (a): one legend entry per plotted Ritz value
+    fig = pe.plot_lanczos_ghosts(load_or_run("lanczos_ghosts", "paper"))
+    labels = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    plt.close(fig)
+    n_top = int(load_or_run("lanczos_ghosts", "paper").config["n_top"])
+    assert sum(lab.startswith("$\\theta_") for lab in labels) == n_top, labels
+
+
+def test_progress_lines_are_moved_out_of_the_page():
+    import nbformat
+
+    outs = [nbformat.v4.new_output("stream", name="stdout", text=(
+        "computing modular_mlp (config 137333628741, code 7a4b010b), roughly 31.5s on 2 CPU cores\n"
+        "modular_mlp p=23 square: 3/24 ( 12%) elapsed 13.4s, ~1m34s left | seed 0\n"
+        "ranks 45-88 vs sum features: 18.84 of 22\n"
+        "modular_mlp p=23 square: done, 24/24 in 1m52s\n")),
+        nbformat.v4.new_output("stream", name="stdout", text="computing demo_sweep (config 6995a411f747)\n")]
+    removed: list[str] = []
+    kept = bookbuild._strip_progress(outs, removed)
+    assert [o["text"] for o in kept] == ["ranks 45-88 vs sum features: 18.84 of 22\n"]
+    assert len(removed) == 4

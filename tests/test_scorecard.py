@@ -98,5 +98,13 @@ def test_run_box_reads_times_from_file(tmp_path):
     times = tmp_path / "chapters.json"
     times.write_text('{"smoke": {"book/x.md": {"seconds": 42.0}}, "paper": {"book/x.md": {"seconds": 5}}}')
     box = report.run_this_chapter("x", data=["MNIST"], times_file=times)
-    assert "make chapter CH=x SCALE=smoke" in box and "42.0s" in box and "5.0s" in box and "MNIST" in box
+    assert "make chapter CH=x SCALE=smoke" in box and "make lab CH=x" in box
+    assert "42.0s" in box and "5.0s" in box and "MNIST" in box
     assert "not measured" in report.run_this_chapter("y", times_file=times)
+
+
+def test_catalogued_chapter_label_is_the_fallback_link():
+    rows = scorecard.rows_from([])
+    md = scorecard.markdown(rows, labels={"sec-influence-flip", "sec-a-flip-ratio"})
+    assert "{ref}`A.flip.mnist10 <sec-influence-flip>`" in md
+    assert "{ref}`A.flip.ratio <sec-a-flip-ratio>`" in md     # the sec-<id> label wins

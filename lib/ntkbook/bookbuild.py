@@ -47,11 +47,12 @@ STAGED = ("_config.yml", "_toc.yml", "references.bib")
 MYST_DIR = "_myst"
 #: per-scale execution times of the chapters, read by ntkbook.report.run_this_chapter
 TIMES_FILE = REPO / "results" / "chapters.json"
-#: lines of progress output (ntkbook.progress, the store's "computing ..." line)
+#: lines of progress output (ntkbook.progress; the "computing ..." and "waiting for ..." lines of the store)
 PROGRESS_LINE = re.compile(
-    r"^(computing \S+ \(config [0-9a-f]+\).*"
+    r"^(computing \S+ \(config [0-9a-f]+[,)].*"
     r"|.*: \d+/\d+ \(\s*\d+%\) elapsed .*"
-    r"|.*: done, \d+/\d+ in .*)$")
+    r"|.*: done, \d+/\d+ in .*"
+    r"|waiting for .* to finish computing .*)$")
 # MathJax lives in _mathjax/mathjax, not _static: Jupyter Book adds every .js file under
 # _static to every page, which would load all of MathJax's bundles at once.
 MATHJAX_DIR = "_mathjax"

@@ -138,7 +138,7 @@ def _chapter_times(chapter: str, times_file=None) -> dict[str, float]:
 
 
 def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] = (),
-                     *, times_file=None) -> MarkdownText:
+                     *, notes: Sequence[str] = (), times_file=None) -> MarkdownText:
     """The "Run this chapter" box shown at the top of a chapter: the one command, the data it
     needs, and its time at smoke and paper scale. The times are measured, never typed: the
     execution times come from ``results/chapters.json`` and the compute time of the paper-scale
@@ -150,6 +150,7 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
       results: the :class:`~ntkbook.store.Result` objects the chapter loads (any scale; only
         stored paper-scale ones say how long the paper numbers took to compute).
       data: the data sets it reads (e.g. ``["MNIST"]``); empty for none.
+      notes: further lines for the box (Markdown), e.g. a faster route to the paper-scale numbers.
     """
     from ntkbook.progress import format_seconds
 
@@ -157,7 +158,8 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
     lines = ["```{admonition} Run this chapter", ":class: tip run-this-chapter", "",
              f"- **Command** (from the repository root): `make chapter CH={chapter} SCALE=smoke` "
              f"renders this page from scratch at smoke scale; `make chapter CH={chapter}` at paper "
-             f"scale (stored results). Or open it as a notebook: `jupyter lab book/{chapter}.md`."]
+             f"scale (stored results). Or open it as a notebook: `make lab CH={chapter}` "
+             f"(JupyterLab with jupytext; the chapter's parameters cell holds its knobs)."]
     if data:
         lines.append(f"- **Data**: {', '.join(data)}, read from the folder named by `NTKBOOK_DATA` "
                      "(see the README; MNIST and Fashion-MNIST are downloaded when missing).")
@@ -179,5 +181,6 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
     if computed:
         time_line += " Recomputing the paper-scale results took " + ", ".join(computed) + "."
     lines.append(time_line)
+    lines += [f"- {n}" for n in notes]
     lines.append("```")
     return MarkdownText("\n".join(lines))

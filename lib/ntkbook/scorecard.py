@@ -16,7 +16,9 @@ renders the rows as the tables of the book's scorecard page, linking each claim 
 only when that label exists in a chapter of ``_toc.yml`` (a broken reference would fail the build).
 
 The section measuring claim ``X.y.z`` carries the label ``sec-x-y-z`` (:func:`section_label`:
-lower case, dots and underscores become hyphens), e.g. ``(sec-b-mlp-grokking)=``.
+lower case, dots and underscores become hyphens), e.g. ``(sec-b-mlp-grokking)=``; a catalogue
+entry may also name the chapter's own label of the section (``Claim.label``), used when the
+``sec-x-y-z`` label does not exist.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 __all__ = ["Claim", "Row", "CATALOGUE", "VERDICTS", "NOT_MEASURED", "section_label", "collect",
-           "rows_from", "book_labels", "markdown", "verdict_counts"]
+           "rows_from", "book_labels", "markdown", "verdict_counts", "claim_line"]
 
 VERDICTS = ("reproduces", "partly", "does not")
 NOT_MEASURED = "not yet measured"
@@ -44,10 +46,19 @@ class Claim:
     claim: str  # Markdown, one or two sentences
     reported: str  # the paper's number or statement, as reported
     chapter: str  # book/<chapter>.md measures it
+    label: str = ""  # the chapter's own section label, where it is not section_label(id)
 
     @property
     def section(self) -> str:
         return section_label(self.id)
+
+    def link_target(self, labels: set[str]) -> str | None:
+        """The label to link to: ``sec-<id>`` if the book has it, else the catalogued section
+        label if the book has that, else None (no link)."""
+        for cand in (self.section, self.label):
+            if cand and cand in labels:
+                return cand
+        return None
 
 
 def section_label(claim_id: str) -> str:
@@ -83,19 +94,22 @@ CATALOGUE: tuple[Claim, ...] = (
        "MNIST 10.3 → 43.4; CIFAR-10 3.7 / 10.4 / 12.6 ($m$ = 16, 1024, 4096)", "attention_width"),
     _C("A.flip.mnist10", "A", "Adversarial perturbation of the training data (ε = 0.3) flips the sign "
        "of many of the top-10% influence scores of MLP-Attn on MNIST (10 classes).",
-       "FGSM 34.6%, PGD 28.9%, MIM 21.9%; 2L-ReLU under PGD 3.3%", "influence"),
+       "FGSM 34.6%, PGD 28.9%, MIM 21.9%; 2L-ReLU under PGD 3.3%", "influence", "sec-influence-flip"),
     _C("A.flip.cifar10", "A", "The same on CIFAR-10 (10 classes): attention's influence scores flip "
-       "far more often than ReLU's.", "attention 6–9× ReLU (table of the paper)", "influence"),
+       "far more often than ReLU's.", "attention 6–9× ReLU (table of the paper)", "influence",
+       "sec-influence-flip"),
     _C("A.flip.mnist38", "A", "The same on the binary task MNIST 3 vs 8.",
-       "attention 6–9× ReLU (table of the paper)", "influence"),
+       "attention 6–9× ReLU (table of the paper)", "influence", "sec-influence-flip"),
     _C("A.flip.cifar_auto_air", "A", "The same on the binary task CIFAR-10 automobile vs airplane.",
-       "attention 6–9× ReLU (table of the paper)", "influence"),
+       "attention 6–9× ReLU (table of the paper)", "influence", "sec-influence-flip"),
     _C("A.flip.ratio", "A", "Across data sets and attacks, attention's influence scores are 6–9 times "
-       "more malleable (flip rate) than the ReLU network's.", "6–9× (v2: 2–9×)", "influence"),
+       "more malleable (flip rate) than the ReLU network's.", "6–9× (v2: 2–9×)", "influence",
+       "sec-influence-flip"),
     _C("A.advtrain", "A", "Adversarial training makes the ReLU network malleable too: its PGD flip "
-       "rate approaches attention's.", "3.3% → 43.4%", "influence"),
+       "rate approaches attention's.", "3.3% → 43.4%", "influence", "sec-influence-advtrain"),
     _C("A.landscape", "A", "MLP-Attn finds wider, flatter minima than the two-layer ReLU network "
-       "(loss slices, top Hessian eigenvalue).", "flatter (qualitative)", "influence"),
+       "(loss slices, top Hessian eigenvalue).", "flatter (qualitative)", "influence",
+       "sec-influence-landscape"),
     # ------------------------------------------------------------------ Paper B
     _C("B.lanczos", "B", "Lanczos with full reorthogonalisation finds the top-$k$ eigenvectors of the "
        "eNTK matrix-free from about $2k$ products, as a dense eigensolver would.",
@@ -128,14 +142,15 @@ CATALOGUE: tuple[Claim, ...] = (
        "grokking.", "fastest near grokking (qualitative)", "modular_transformer"),
     _C("B.gemma.spectrum_identity", "B", "For Gemma-3-270M the reduced operator "
        "$S^{1/2} K_r S^{1/2}$ in $d_{\\mathrm{model}}$ space has the same nonzero eigenvalues as the "
-       "full output eNTK.", "exact identity", "gemma"),
+       "full output eNTK.", "exact identity", "gemma", "sec-gemma-identity"),
     _C("B.gemma.pos_vs_pca", "B", "eNTK eigenvectors (top 25, best layer) beat PCA of the activations "
-       "at predicting the next word's part of speech.", "better on 8 of 8 parts of speech", "gemma"),
+       "at predicting the next word's part of speech.", "better on 8 of 8 parts of speech", "gemma",
+       "sec-gemma-pos"),
     _C("B.gemma.morph_vs_pca", "B", "They also beat PCA on morphological features.",
-       "better on all but one", "gemma"),
+       "better on all but one", "gemma", "sec-gemma-morph"),
     _C("B.gemma.top_contexts", "B", "The top-activating contexts of single eigenvectors read as "
        "coherent grammatical features (e.g. infinitive, past tense).", "coherent (qualitative)",
-       "gemma"),
+       "gemma", "sec-gemma-contexts"),
 )
 
 _BY_ID = {c.id: c for c in CATALOGUE}
@@ -257,7 +272,7 @@ def _cell(text: str) -> str:
 
 
 def markdown(rows: list[Row], labels: set[str] | None = None, heading_level: int = 2) -> str:
-    """The scorecard as MyST Markdown: one table per paper (claim, paper, ours, verdict, source),
+    """The scorecard as MyST Markdown: one table per paper (claim, paper, ours, verdict and source),
     claims linked to their sections where the label exists in ``labels``."""
     labels = book_labels() if labels is None else labels
     out = []
@@ -266,15 +281,16 @@ def markdown(rows: list[Row], labels: set[str] | None = None, heading_level: int
         if not sel:
             continue
         out += [f"{'#' * heading_level} {title}", "",
-                "| claim | the paper | ours | verdict | measured by |", "|---|---|---|---|---|"]
+                "| claim | the paper | ours | verdict (measured by) |", "|---|---|---|---|"]
         for r in sel:
             c = r.claim
-            ident = (f"{{ref}}`{c.id} <{c.section}>`" if c.section in labels else f"**{c.id}**")
+            target = c.link_target(labels)
+            ident = f"{{ref}}`{c.id} <{target}>`" if target else f"**{c.id}**"
             claim = f"{ident}: {c.claim}"
             ours = r.ours + (f" ({r.note})" if r.note else "") if r.verdict != NOT_MEASURED else "–"
             src = r.source if r.verdict != NOT_MEASURED else f"chapter `{c.chapter}`"
-            out.append(f"| {_cell(claim)} | {_cell(c.reported)} | {_cell(ours)} | {_MARK[r.verdict]} "
-                       f"| {_cell(src)} |")
+            out.append(f"| {_cell(claim)} | {_cell(c.reported)} | {_cell(ours)} "
+                       f"| {_MARK[r.verdict]} ({_cell(src)}) |")
         out.append("")
     return "\n".join(out)
 
@@ -283,3 +299,24 @@ def as_dicts(rows: Iterable[Row]) -> list[dict]:
     """Plain dicts (for JSON or tests)."""
     return [{**dataclasses.asdict(r.claim), "section": r.claim.section, "verdict": r.verdict,
              "ours": r.ours, "note": r.note, "source": r.source} for r in rows]
+
+
+def claim_line(claim_id: str, rows: list[dict]):
+    """The closing line of a section that measures ``claim_id``: the paper's number beside ours and
+    the verdict, from rows returned by an experiment's ``scorecard(result)`` (Markdown)::
+
+        claim_line("B.mlp.grokking", modular_mlp.scorecard(res))
+    """
+    from ntkbook.report import MarkdownText
+
+    c = _BY_ID[claim_id]
+    paper = {"A": "Paper A", "B": "Paper B"}.get(c.paper, "Expected")
+    mine = [r for r in rows if r["claim"] == claim_id]
+    if not mine:
+        return MarkdownText(f"**{paper}:** {c.reported}. **Ours:** not measured in this run.")
+    ours = "; ".join(r["ours"] for r in mine)
+    verdicts = {r["verdict"] for r in mine}
+    verdict = verdicts.pop() if len(verdicts) == 1 else "partly"
+    notes = "; ".join(str(r.get("note", "")) for r in mine if r.get("note"))
+    return MarkdownText(f"**{paper}:** {c.reported}. **Ours:** {ours}. **Verdict: {verdict}**"
+                        + (f" ({notes})." if notes else "."))

@@ -203,4 +203,4 @@ def scorecard(result: Result) -> list[dict]:
              "ours": f"slope {fmt(slope, '.3f')} (widths {result['smallest_width']}–{result['largest_width']}); "
                      f"error {fmt(result['err_W_largest'], '.3f')} at the widest, "
                      f"{fmt(result['ratio_to_prediction_W'], '.2f')}× the closed-form prediction",
-             "verdict": v, "note": "reproduces: slope within 0.05 of −1/2"}]
+             "verdict": v, "note": "reproduces when the slope is within 0.05 of −1/2"}]

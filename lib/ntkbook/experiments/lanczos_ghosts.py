@@ -252,8 +252,8 @@ def scorecard(result: Result) -> list[dict]:
             verdicts.append("does not")
         else:
             verdicts.append("reproduces" if steps <= 3 * k else "partly")
-        parts.append(f"{label} ({dim}×{dim}): top {k} to 1e-10 after {steps} steps ({steps / k:.1f}k), "
+        parts.append(f"{label} ({dim}×{dim}): top {k} to 10⁻¹⁰ after {steps} steps ({steps / k:.1f}k), "
                      f"{ghosts} ghosts without reorthogonalisation")
     order = ("does not", "partly", "reproduces")
     return [{"claim": "B.lanczos", "ours": "; ".join(parts), "verdict": min(verdicts, key=order.index),
-             "note": "reproduces: top-k to 1e-10 within 3k steps on both operators"}]
+             "note": "reproduces when the top k reach 10⁻¹⁰ within 3k steps on both operators"}]

@@ -33,7 +33,9 @@ def plot_entk_convergence(result: Result):
     ax1.set_xlabel("width $m$")
     ax1.set_ylabel(r"$\|K_m - \Theta_\infty\|_F \,/\, \|\Theta_\infty\|_F$")
     ax1.set_title("(a) distance to the infinite-width NTK")
-    ax1.legend(fontsize=8)
+    lowest = min(float(np.min(result["err_W"])), float(np.min(result["err_all"])))
+    ax1.set_ylim(bottom=lowest / 12)  # room for the legend below the curves
+    ax1.legend(loc="lower left")
 
     theta = result["theta_W"]
     off = ~np.eye(theta.shape[0], dtype=bool)
@@ -46,7 +48,7 @@ def plot_entk_convergence(result: Result):
     ax2.set_xlabel(r"analytic $\Theta_W(x_i, x_j)$")
     ax2.set_ylabel(r"empirical $K_W(x_i, x_j)$")
     ax2.set_title(r"(b) entries, $i \neq j$, one seed")
-    ax2.legend(markerscale=4)
+    ax2.legend(markerscale=4, loc="upper left")
     return fig
 
 
@@ -54,8 +56,11 @@ def plot_lanczos_ghosts(result: Result, *, n_lines: int | None = None):
     """Four panels: the ``i``-th largest Ritz value of the synthetic operator after each step,
     (a) plain recurrence, (b) with full re-orthogonalisation, exact eigenvalues dashed; (c) loss of
     orthogonality ``max_i |q_s . q_i|``; (d) largest relative error of the top-``k`` Ritz values
-    against the number of products, for the synthetic operator and the eNTK."""
-    fig, axes = new_figure(2, 2, width=10.0, height=7.0)
+    against the number of products, for the synthetic operator and the eNTK.
+
+    Every curve is in a legend: one above panels (a) and (b) for the ``n_lines`` Ritz values, one
+    below (c) and (d) for the four runs, both outside the axes so that they hide nothing."""
+    fig, axes = new_figure(2, 2, width=10.0, height=8.0)
     (ax1, ax2), (ax3, ax4) = axes
     exact = result["synthetic_exact"]
     n_top = int(result.config["n_top"])
@@ -68,14 +73,14 @@ def plot_lanczos_ghosts(result: Result, *, n_lines: int | None = None):
         for lam in exact[:n_top]:
             ax.axhline(lam, color="0.6", ls="--", lw=0.7)
         for i in range(n_lines):
-            ax.plot(steps, hist[:, i], color=colors[i], lw=1.3,
-                    label=rf"$\theta_{{{i + 1}}}$" if i < 4 else None)
+            ax.plot(steps, hist[:, i], color=colors[i], lw=1.3, ls="-" if i < 6 else "--",
+                    label=rf"$\theta_{{{i + 1}}}$" if ax is ax1 else None)
         ax.set_yscale("log")
         ax.set_ylim(0.5 * exact[n_top - 1], 1.5 * exact[0])
         ax.set_xlabel("Lanczos step $s$ (= number of products)")
         ax.set_ylabel(rf"$i$-th largest Ritz value, $i \leq {n_lines}$")
         ax.set_title(title)
-    ax1.legend(fontsize=8, ncol=2, loc="lower right")
+    fig.legend(loc="outside upper center", ncol=n_lines, title="i-th largest Ritz value (exact eigenvalues dashed grey)")
 
     styles = {"synthetic": "-", "entk": ":"}
     names = {"synthetic": "synthetic", "entk": "eNTK (MNIST)"}
@@ -83,17 +88,16 @@ def plot_lanczos_ghosts(result: Result, *, n_lines: int | None = None):
         for label, color in (("plain", PALETTE[1]), ("reorth", PALETTE[0])):
             orth = result[f"{op}_{label}_orth"]
             ax3.semilogy(np.arange(1, orth.size + 1), np.maximum(orth, 1e-17), styles[op], color=color,
-                         label=f"{names[op]}, {'plain' if label == 'plain' else 're-orthogonalised'}")
+                         lw=1.5, label=f"{names[op]}, {'plain' if label == 'plain' else 're-orthogonalised'}")
             err = result[f"{op}_{label}_topk_error"]
             ax4.semilogy(np.arange(1, err.size + 1), np.maximum(err, 1e-17), styles[op], color=color,
-                         label=f"{names[op]}, {'plain' if label == 'plain' else 're-orthogonalised'}")
+                         lw=1.5)
     ax3.set_xlabel("Lanczos step $s$")
     ax3.set_ylabel(r"$\max_{i < s}\, |q_s^\top q_i|$")
     ax3.set_title("(c) loss of orthogonality")
-    ax3.legend(fontsize=8)
+    fig.legend(*ax3.get_legend_handles_labels(), loc="outside lower center", ncol=2)
     k = int(result.config["k"])
     ax4.set_xlabel("number of matrix-vector products")
     ax4.set_ylabel(rf"$\max_{{i \leq {k}}} |\theta_i - \lambda_i| / \lambda_1$")
     ax4.set_title(f"(d) error of the top {k} eigenvalues")
-    ax4.legend(fontsize=8)
     return fig

@@ -26,7 +26,7 @@ def plot_overview(gram_eigs: np.ndarray, cubed_eigs: np.ndarray, demo: Result, p
     ax1.set_xlabel("eigenvalue index")
     ax1.set_ylabel(r"$\lambda_i / \lambda_1$")
     ax1.set_title("(a) attention cubes the spectrum")
-    ax1.legend()
+    ax1.legend(loc="lower left")
 
     n, err = demo["sample_sizes"], demo["rms_error"]
     ax2.loglog(n, err, "o-", label="measured")

@@ -36,7 +36,7 @@ def _shade_window(ax, result: Result, label: bool = True):
 
 def plot_grokking(result: Result):
     """Train/test accuracy and loss versus epoch (each seed thin, mean bold), window shaded."""
-    fig, (ax1, ax2) = new_figure(2, width=9.0, height=3.3)
+    fig, (ax1, ax2) = new_figure(2, width=9.0, height=3.6)
     ep = result["epochs"]
     for ax, keys, ylabel in ((ax1, ("train_acc", "test_acc"), "accuracy"),
                              (ax2, ("train_loss", "test_loss"), "MSE loss")):
@@ -52,7 +52,7 @@ def plot_grokking(result: Result):
     if np.isfinite(mem):
         ax1.axvline(mem, color="k", ls=":", lw=1, label="train acc. 99%")
     ax2.set_yscale("log")
-    ax1.legend(loc="center right")
+    fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=4)
     ax1.set_title("accuracy (chance 1/p)")
     ax2.set_title("loss")
     return fig
@@ -72,7 +72,7 @@ def plot_spectra(result: Result, seed: int = 0, labels=("init", "memorisation", 
     snaps = list(result["snapshot_epochs"])
     epochs = result["eigvec_epochs"]
     labels = [l for l in labels if l in epochs]
-    fig, axes = new_figure(len(labels), width=3.3 * len(labels), height=3.3, sharey=False)
+    fig, axes = new_figure(len(labels), width=3.3 * len(labels), height=3.9, sharey=False)
     axes = np.atleast_1d(axes)
     d1 = int(result["first_cliff_theory"])
     n_all = len(result["eigenvalues"][seed, 0]) - 1
@@ -92,10 +92,10 @@ def plot_spectra(result: Result, seed: int = 0, labels=("init", "memorisation", 
             ax.axvline(k * d1 + 0.5, color="k", ls=":", lw=1,
                        label=r"$4\lfloor p/2\rfloor$, $8\lfloor p/2\rfloor$" if k == 1 else None)
         test = result["test_acc"][seed][list(result["epochs"]).index(epochs[label])]
-        ax.set_title(f"{label} (epoch {epochs[label]}, test acc. {test:.0%})", fontsize=9)
+        ax.set_title(f"{label}\nepoch {epochs[label]}, test acc. {test:.0%}")
         ax.set_xlabel("rank (constant mode at 0)")
     axes[0].set_ylabel("eigenvalue of the class-mean eNTK")
-    axes[0].legend(fontsize=7, loc="lower left")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4)
     return fig
 
 
@@ -127,7 +127,7 @@ def plot_eigenvectors(result: Result, label: str = "final", seed: int = 0, n_per
             ax.imshow(img, cmap="RdBu_r", vmin=-m, vmax=m, origin="lower", interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"{name}, #{j + 1}", fontsize=8)
+            ax.set_title(f"{name}, #{j + 1}")
             if c == 0:
                 ax.set_ylabel("a")
             if r == len(rows) - 1:
@@ -137,7 +137,7 @@ def plot_eigenvectors(result: Result, label: str = "final", seed: int = 0, n_per
 
 def plot_dynamics(result: Result, window: str = "window2"):
     """Second-window overlaps with sum/diff features vs epoch, their derivative, and cliff sizes."""
-    fig, (ax1, ax2, ax3) = new_figure(3, width=11.0, height=3.2)
+    fig, (ax1, ax2, ax3) = new_figure(3, width=10.0, height=4.0)
     names = result["overlap_names"]
     ep = np.asarray(result["snapshot_epochs"], dtype=float)
     ov = result["overlaps"]
@@ -154,8 +154,7 @@ def plot_dynamics(result: Result, window: str = "window2"):
     ax1.set_ylim(-0.02, 1.02)
     ax1.set_xlabel("epoch")
     ax1.set_ylabel("overlap / feature dimension")
-    ax1.set_title("alignment of the eNTK eigenspaces")
-    ax1.legend(fontsize=7, loc="lower right")
+    ax1.set_title("(a) alignment")
     v = ov[:, :, names.index(f"{window}:sum")]
     d = np.gradient(v, ep, axis=1) if len(ep) > 2 else np.diff(v, axis=1, prepend=v[:, :1])
     for s, row in enumerate(d):
@@ -164,8 +163,7 @@ def plot_dynamics(result: Result, window: str = "window2"):
         ax2.plot(ep[k], row[k], "v", color=PALETTE[1], ms=6, label="peak" if s == 0 else None)
     ax2.set_xlabel("epoch")
     ax2.set_ylabel("d(overlap)/d(epoch)")
-    ax2.set_title("rate of alignment with sum features")
-    ax2.legend(fontsize=7)
+    ax2.set_title("(b) rate, sum features")
     sizes = result["cliff_sizes"]
     d1 = int(result["first_cliff_theory"])
     for k, color in ((0, PALETTE[2]), (1, PALETTE[0])):
@@ -175,8 +173,14 @@ def plot_dynamics(result: Result, window: str = "window2"):
     ax3.axhline(d1, color="k", ls=":", lw=1, label=r"$4\lfloor p/2\rfloor$")
     ax3.set_xlabel("epoch")
     ax3.set_ylabel("detected size (0: none)")
-    ax3.set_title("cliff sizes")
-    ax3.legend(fontsize=7)
+    ax3.set_title("(c) cliff sizes")
+    handles, labels = [], []
+    for ax in (ax1, ax2, ax3):
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            if l not in labels:
+                handles.append(h)
+                labels.append(l)
+    fig.legend(handles, labels, loc="outside lower center", ncol=4)
     return fig
 
 
@@ -184,13 +188,13 @@ def plot_crosscheck(result: Result):
     """Lanczos (matrix-free) against dense eigenvalues on the final model, and their errors."""
     cc = result["crosscheck"]
     lz, de = np.asarray(cc["lanczos_eigenvalues"]), np.asarray(cc["dense_eigenvalues"])
-    fig, (ax1, ax2) = new_figure(2, width=8.0, height=3.0)
+    fig, (ax1, ax2) = new_figure(2, width=8.0, height=3.2)
     idx = np.arange(1, len(de) + 1)
     ax1.semilogy(idx, de, "-", color=PALETTE[0], lw=1.5, label="dense eigh")
     ax1.semilogy(idx, lz, "o", mfc="none", ms=4, color=PALETTE[1], label="Lanczos")
     ax1.set_xlabel("rank")
     ax1.set_ylabel("eigenvalue")
-    ax1.legend(fontsize=8)
+    ax1.legend(loc="upper right")
     rel = np.abs(lz - de) / np.abs(de)
     ax2.semilogy(idx, np.maximum(rel, 1e-17), ".", color=PALETTE[0])
     ax2.set_xlabel("rank")
