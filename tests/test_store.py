@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -348,12 +349,22 @@ def test_result_json_is_written_after_its_npz(tmp_path, monkeypatch):
 
 
 def test_every_write_is_fsynced(tmp_path, monkeypatch):
-    synced = []
+    """Each file's data is fsynced before its rename (and then its folder)."""
+    import stat
+
+    files, folders = [], []
     real = store_mod.os.fsync
-    monkeypatch.setattr(store_mod.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+
+    def spy(fd):
+        mode = os.fstat(fd).st_mode
+        (files if stat.S_ISREG(mode) else folders).append(fd)
+        real(fd)
+
+    monkeypatch.setattr(store_mod.os, "fsync", spy)
     PointStore(tmp_path / "p").cached("p", lambda: ({"a": np.ones(3)}, {}))
     Store(tmp_path / "s").save(Result("exp", {"k": 1}, arrays={"x": np.ones(2)}), "1")
-    assert len(synced) >= 4  # two files per point and per result, each fsynced before rename
+    assert len(files) == 4  # two files per point and per result
+    assert len(folders) == 4
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
