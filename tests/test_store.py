@@ -493,3 +493,22 @@ def test_every_experiment_has_presets():
             config = experiments.make_config(name, scale)
             assert dataclasses.is_dataclass(config)
             config_hash(config)  # JSON-able
+
+
+def test_rehash_re_signs_entries_of_the_first_format_2_store(tmp_path):
+    """The first format-2 store hashed the json without its integrity fields: rehash re-signs
+    such entries (after checking their npz), and refuses an entry edited since."""
+    store, cfg, folder = _saved(tmp_path)
+    meta = json.loads((folder / "result.json").read_text())
+    body = {k: v for k, v in meta.items() if k != "integrity"}
+    meta["integrity"]["json_sha256"] = store_mod._json_digest(body)
+    (folder / "result.json").write_text(json.dumps(meta))
+    with pytest.raises(StoreError, match="content hash"):
+        store.load("exp", "1", cfg)
+    assert "re-signed" in store.rehash()[0]
+    assert store.load("exp", "1", cfg)["s"] == 1
+    meta = json.loads((folder / "result.json").read_text())
+    meta["scalars"]["s"] = 2  # edited: neither hash matches, so it is not re-signed
+    (folder / "result.json").write_text(json.dumps(meta))
+    with pytest.raises(StoreError, match="content hash"):
+        store.rehash()
