@@ -34,6 +34,10 @@ CONFIG = demo_sweep.Config.smoke()
 # A child process: the CLI, with the demo's point function logged (and slowed or stalled).
 CHILD = r"""
 import os, sys, time
+if os.environ.get("FAULT_FSIZE"):  # a full disk: no file of this process may grow beyond it
+    import resource
+    limit = int(os.environ["FAULT_FSIZE"])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 from ntkbook.experiments import demo_sweep
 real = demo_sweep.rms_error
 def logged(n, repeats, seed):
@@ -58,11 +62,11 @@ def env(tmp_path, monkeypatch):
     return e
 
 
-def child(env, results, *args, wait=True, preexec_fn=None, prefix=(), **extra):
+def child(env, results, *args, wait=True, prefix=(), **extra):
     cmd = [*prefix, sys.executable, "-c", CHILD, "run", "demo_sweep", "--scale", "smoke",
            "--results", str(results), *args]
     proc = subprocess.Popen(cmd, env={**env, **extra}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+                            stderr=subprocess.PIPE, text=True)
     if not wait:
         return proc
     out, err = proc.communicate(timeout=120)
@@ -248,20 +252,11 @@ def test_read_only_results_folder(tmp_path, env):
 
 
 # -- full disk ------------------------------------------------------------------------------------
-def _fsize_limit(nbytes):
-    def set_limit():
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
-
-    return set_limit
-
-
 def test_disk_full_while_saving_then_resume(tmp_path, env):
     """The checkpoints fit but the result's json does not: a clear error, the finished points
     kept, and the rerun (with space) resumes from all of them."""
     results = tmp_path / "results"
-    rc, out, err = child(env, results, preexec_fn=_fsize_limit(700))
+    rc, out, err = child(env, results, FAULT_FSIZE="700")
     assert rc == 2, (out, err)
     assert "could not write" in err and "result.json" in err and "larger than this process" in err
     assert not Store(results).has("demo_sweep", demo_sweep.VERSION, CONFIG)
@@ -276,7 +271,7 @@ def test_disk_full_while_saving_then_resume(tmp_path, env):
 
 def test_disk_full_while_checkpointing(tmp_path, env):
     results = tmp_path / "results"
-    rc, out, err = child(env, results, preexec_fn=_fsize_limit(100))
+    rc, out, err = child(env, results, FAULT_FSIZE="100")
     assert rc == 2 and "could not write" in err and "run the same command again to resume" in err
     assert not [p for p in Path(env["NTKBOOK_SCRATCH"]).rglob("*.tmp")]  # no partial files
     rc, out, err = child(env, results)

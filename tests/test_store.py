@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -348,12 +349,22 @@ def test_result_json_is_written_after_its_npz(tmp_path, monkeypatch):
 
 
 def test_every_write_is_fsynced(tmp_path, monkeypatch):
-    synced = []
+    """Each file's data is fsynced before its rename (and then its folder)."""
+    import stat
+
+    files, folders = [], []
     real = store_mod.os.fsync
-    monkeypatch.setattr(store_mod.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+
+    def spy(fd):
+        mode = os.fstat(fd).st_mode
+        (files if stat.S_ISREG(mode) else folders).append(fd)
+        real(fd)
+
+    monkeypatch.setattr(store_mod.os, "fsync", spy)
     PointStore(tmp_path / "p").cached("p", lambda: ({"a": np.ones(3)}, {}))
     Store(tmp_path / "s").save(Result("exp", {"k": 1}, arrays={"x": np.ones(2)}), "1")
-    assert len(synced) >= 4  # two files per point and per result, each fsynced before rename
+    assert len(files) == 4  # two files per point and per result
+    assert len(folders) == 4
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
@@ -482,3 +493,22 @@ def test_every_experiment_has_presets():
             config = experiments.make_config(name, scale)
             assert dataclasses.is_dataclass(config)
             config_hash(config)  # JSON-able
+
+
+def test_rehash_re_signs_entries_of_the_first_format_2_store(tmp_path):
+    """The first format-2 store hashed the json without its integrity fields: rehash re-signs
+    such entries (after checking their npz), and refuses an entry edited since."""
+    store, cfg, folder = _saved(tmp_path)
+    meta = json.loads((folder / "result.json").read_text())
+    body = {k: v for k, v in meta.items() if k != "integrity"}
+    meta["integrity"]["json_sha256"] = store_mod._json_digest(body)
+    (folder / "result.json").write_text(json.dumps(meta))
+    with pytest.raises(StoreError, match="content hash"):
+        store.load("exp", "1", cfg)
+    assert "re-signed" in store.rehash()[0]
+    assert store.load("exp", "1", cfg)["s"] == 1
+    meta = json.loads((folder / "result.json").read_text())
+    meta["scalars"]["s"] = 2  # edited: neither hash matches, so it is not re-signed
+    (folder / "result.json").write_text(json.dumps(meta))
+    with pytest.raises(StoreError, match="content hash"):
+        store.rehash()

@@ -775,6 +775,27 @@ class Store:
             with self.lock(name, str(head.get("version")), head.get("config")):
                 meta = _read_json(js, self._repair(name))
                 if isinstance(meta.get("integrity"), dict):
+                    integrity = meta["integrity"]
+                    body = {k: v for k, v in meta.items() if k != "integrity"}
+                    if (integrity.get("json_sha256") != _json_digest(meta)
+                            and integrity.get("json_sha256") == _json_digest(body)):
+                        # signed by the first format-2 store, whose json hash left out the
+                        # integrity fields: re-sign, after checking the npz against its hash
+                        data = _read_bytes(folder / "result.npz", self._repair(name))
+                        if _sha256(data) != integrity.get("npz_sha256"):
+                            raise StoreError(f"{folder}: result.npz does not match its hash; not "
+                                             f"re-signed. {self._repair(name)}")
+                        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+                        meta.setdefault("migrations", []).append(
+                            f"{now}: json hash re-signed to cover the integrity fields (`rehash`)")
+                        meta["integrity"].pop("json_sha256")
+                        meta["integrity"]["json_sha256"] = _json_digest(meta)
+                        if not dry_run:
+                            _write_or_explain(js, json.dumps(meta, indent=1).encode(),
+                                              "Not re-signed.")
+                        lines.append(f"{folder}: json hash re-signed"
+                                     + (" [dry run]" if dry_run else ""))
+                        continue
                     self._verified(name, str(meta.get("version")), meta.get("config"))
                     lines.append(f"{folder}: already hashed, verified")
                     continue
