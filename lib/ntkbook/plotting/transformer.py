@@ -24,6 +24,7 @@ FAMILY_COLORS = {"const": "0.35", "axis_sum": PALETTE[0], "axis_diff": PALETTE[5
                  "diff": PALETTE[4], "other": "0.85"}
 FAMILY_LABELS = {"const": "constant", "axis_sum": "axis sum", "axis_diff": "axis difference",
                  "sum": "sum", "diff": "difference", "other": "other"}
+_SHORT_LABELS = {**FAMILY_LABELS, "const": "const.", "axis_diff": "axis diff.", "diff": "diff."}
 
 
 def _window(result: Result, run: str):
@@ -40,7 +41,7 @@ def _shade(ax, result: Result, run: str, label: bool = True):
 def plot_training(result: Result):
     """Accuracy and loss of every run: the main run bold, the others thin; the author's log as
     crosses (his epoch e drawn at e + 1) when the main run is the replay."""
-    fig, (ax1, ax2) = new_figure(2, width=10.0, height=3.6)
+    fig, (ax1, ax2) = new_figure(2, width=10.0, height=4.0)
     main = result["main"]
     runs = [r for r in result["runs"] if r != "replay" or r == main]
     for r in runs:
@@ -68,8 +69,9 @@ def plot_training(result: Result):
     ax2.set_yscale("log")
     ax1.set_title(f"accuracy ({main} bold, other runs thin)")
     ax2.set_title("loss")
-    ax1.legend(loc="center right", fontsize=9)
-    ax2.legend(loc="lower left", fontsize=9)
+    # one legend for both panels, below them, where it hides none of the thin curves
+    h, lab = ax1.get_legend_handles_labels()
+    fig.legend(h, lab, loc="outside lower center", ncol=len(h))
     return fig
 
 
@@ -128,7 +130,7 @@ def plot_spectra(result: Result, top: int = 40):
                for k, c in FAMILY_COLORS.items()]
     if any(f"main/tr_eigenvalues/{n}" in result.arrays for n in names):
         handles.append(axes[0, 0].plot([], [], color="0.5", lw=1, label="trace kernel")[0])
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=9)
+    fig.legend(handles=handles, loc="outside lower center", ncol=4)
     return fig
 
 
@@ -158,7 +160,7 @@ def plot_content(result: Result, reduction: str = "ml", n: int | None = None):
     for ax in axes[:, 0]:
         ax.set_ylabel("share of norm²")
     h, lab = axes[0, 0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="outside lower center", ncol=len(kinds), fontsize=9)
+    fig.legend(h, lab, loc="outside lower center", ncol=3)
     return fig
 
 
@@ -168,7 +170,7 @@ def plot_eigenvectors(result: Result, groups=("W_in", "W_out", "W_U"), n: int = 
     main = result["main"]
     p = result.config["p"]
     kinds = result["content_names"]
-    fig, axes = new_figure(n, len(groups), width=10.0, height=1.85 * len(groups) + 0.4, squeeze=False)
+    fig, axes = new_figure(n, len(groups), width=10.0, height=2.3 * len(groups) + 0.2, squeeze=False)
     for gi, name in enumerate(groups):
         V = np.asarray(result[f"{main}/ml_eigenvectors/{name}"], dtype=float)
         c = np.asarray(result[f"{main}/ml_content/{name}"])
@@ -178,7 +180,7 @@ def plot_eigenvectors(result: Result, groups=("W_in", "W_out", "W_U"), n: int = 
             m = np.abs(img).max()
             ax.imshow(img, cmap="RdBu_r", vmin=-m, vmax=m)
             j = int(np.argmax(c[i]))
-            ax.set_title(f"{name} #{i + 1}: {FAMILY_LABELS[kinds[j]]} {c[i, j]:.2f}", fontsize=9)
+            ax.set_title(f"{name} #{i + 1}\n{_SHORT_LABELS[kinds[j]]} {c[i, j]:.2f}")
             ax.set_xticks([])
             ax.set_yticks([])
             ax.grid(False)
@@ -193,7 +195,7 @@ def plot_dynamics(result: Result, run: str | None = None):
     ep = np.asarray(result[f"{run}/snapshot_epochs"], dtype=float)
     dyn = np.asarray(result[f"{run}/dynamics"])
     metrics = [tuple(m) for m in result["dyn_metrics"]]
-    fig, (a1, a2, a3) = new_figure(3, width=10.5, height=3.5)
+    fig, (a1, a2, a3) = new_figure(3, width=10.5, height=4.4)
     show = [("W_U", "2K+1", "sum", PALETTE[1], "-"), ("W_U", "4K+1", "axis_sum", PALETTE[0], "-"),
             ("W_out", "4K+1", "sum", PALETTE[1], "--"), ("W_out", "4K+1", "axis_sum", PALETTE[0], "--")]
     for kernel, window, feat, color, ls in show:
@@ -216,8 +218,10 @@ def plot_dynamics(result: Result, run: str | None = None):
     a1.set_title("alignment")
     a2.set_title("its derivative")
     a3.set_title("accuracy")
-    a1.legend(fontsize=8, loc="lower right")
-    a3.legend(fontsize=9, loc="lower right")
+    # the five alignment curves get a legend below the panels, where it hides none of them
+    h, lab = a1.get_legend_handles_labels()
+    fig.legend(h, lab, loc="outside lower center", ncol=2)
+    a3.legend(loc="lower right")
     return fig
 
 
@@ -243,7 +247,7 @@ def plot_lanczos(result: Result):
     a1.set_xticks(x, names, rotation=45)
     a1.set_ylabel("max |Δλ| / λ₁ (top k)")
     a1.set_title("Lanczos vs dense")
-    a1.legend(fontsize=9)
+    a1.legend()
     main, k = result["main"], result.config["lanczos_k"]
     gaps = []
     for n in names:
