@@ -107,6 +107,17 @@ def test_resume_after_interruption(tmp_path):
     np.testing.assert_array_equal(values[4][0]["v"], [4.0, 4.0])
 
 
+def test_point_keys_with_dots_do_not_collide(tmp_path):
+    """Keys that differ only after a dot ("l2=0.1" / "l2=0.2") are two checkpoints, not one."""
+    points = PointStore(tmp_path)
+    a = points.cached("l2=0.1", lambda: ({"v": np.ones(2)}, {"x": 0.1}))
+    b = points.cached("l2=0.2", lambda: ({"v": np.zeros(2)}, {"x": 0.2}))
+    again = PointStore(tmp_path)
+    assert again.cached("l2=0.1", lambda: pytest.fail("recomputed"))[1]["x"] == 0.1
+    assert again.cached("l2=0.2", lambda: pytest.fail("recomputed"))[1]["x"] == 0.2
+    assert a[1]["x"] != b[1]["x"] and len(list(tmp_path.glob("*.json"))) == 2
+
+
 def _flaky_demo(monkeypatch, config, fail_at=2):
     real = demo_sweep.rms_error
     seen = []

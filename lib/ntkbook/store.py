@@ -408,7 +408,7 @@ class PointStore:
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         if self.folder is not None:
             base = self._path(key)
-            npz, js = base.with_suffix(".npz"), base.with_suffix(".json")
+            npz, js = base.parent / (base.name + ".npz"), base.parent / (base.name + ".json")
             if js.exists():
                 arrays, scalars = self._load(key, npz, js)
                 self.reused.append(key)
