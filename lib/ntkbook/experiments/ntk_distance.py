@@ -113,12 +113,16 @@ class Config:
     adam_l2: float = 1e-3
     lr_rules: tuple[str, ...] = ("constant", "inv_sqrt_m")
     lr_ref_width: int = 16
-    # the Adam line past 4096 (first lr rule only, computed last)
+    #: tasks on which the lr rules after the first run too (all adam_tasks run the first)
+    scaled_lr_tasks: tuple[str, ...] = ("mnist_3v8",)
+    # past 4096: the GD line for ``wide_models`` only, the Adam line (first lr rule) for
+    # ``adam_wide_tasks`` x ``wide_models`` at ``adam_wide_widths``; computed last
+    wide_models: tuple[str, ...] = ("attn",)
     adam_wide_tasks: tuple[str, ...] = ("mnist_3v8",)
     adam_wide_widths: tuple[int, ...] = (8192, 16384)
     # line 3: training budget at one width (seed 0)
     budget_width: int = 256
-    budget_epochs: tuple[int, ...] = (500, 2000, 8000)
+    budget_epochs: tuple[int, ...] = (500, 2000, 5000)
     budget_l2: tuple[float, ...] = (1e-3, 0.0)
     # geometry
     n_hyperplanes: int = 20000
@@ -134,6 +138,8 @@ class Config:
             snapshots=(0, 10, 100),
             adam_widths=(16, 256),
             adam_wide_widths=(),
+            scaled_lr_tasks=("mnist_3v8", "cifar10_auto_v_plane"),
+            wide_models=("relu", "attn"),
             adam_epochs=20,
             adam_batch=16,
             budget_width=64,
@@ -149,9 +155,12 @@ class Config:
         bad = [t for t in set(self.tasks) | set(self.adam_tasks) | set(self.adam_wide_tasks) if t not in TASKS]
         if bad:
             raise ValueError(f"unknown task(s) {bad}; known: {', '.join(TASKS)}")
-        if not set(self.adam_tasks) <= set(self.tasks) or not set(self.adam_wide_tasks) <= set(self.adam_tasks):
-            raise ValueError(f"adam_wide_tasks {self.adam_wide_tasks} must be among adam_tasks {self.adam_tasks}, "
-                             f"and those among tasks {self.tasks}")
+        if not set(self.adam_tasks) <= set(self.tasks) or not (
+                set(self.adam_wide_tasks) | set(self.scaled_lr_tasks)) <= set(self.adam_tasks):
+            raise ValueError(f"adam_wide_tasks {self.adam_wide_tasks} and scaled_lr_tasks {self.scaled_lr_tasks} "
+                             f"must be among adam_tasks {self.adam_tasks}, and those among tasks {self.tasks}")
+        if set(self.wide_models) - set(self.models):
+            raise ValueError(f"wide_models {self.wide_models} must be among models {self.models}")
         if set(self.models) - set(MODELS):
             raise ValueError(f"models must be among {tuple(MODELS)}, got {self.models}")
         if set(self.lr_rules) - set(LR_RULES):
@@ -178,18 +187,19 @@ def estimate_seconds(config: Config) -> float:
     """Rough wall time on 2 CPU cores (about 1e11 flop/s for float32 matmuls)."""
     n = 2 * config.n_train_per_class
     rate = 1.0e11
-    gd = 6.0 * n * n * sum(config.widths) * config.snapshots[-1]
-    gd *= len(config.tasks) * len(config.models) * len(config.seeds)
+    per_model = {mod: sum(m for m in config.widths if m <= 4096 or mod in config.wide_models) for mod in config.models}
+    gd = 6.0 * n * n * sum(per_model.values()) * config.snapshots[-1] * len(config.tasks) * len(config.seeds)
     steps = config.adam_epochs * math.ceil(n / config.adam_batch)
     adam = 0.0
     for task in config.adam_tasks:
         d = _DIMS[TASKS[task][0]]
         # forward + backward (2 matmuls of batch x m x d) plus the Adam update (~10 flops/weight)
         per_step = sum(4.0 * config.adam_batch * m * d + 10.0 * m * d * 4 for m in config.adam_widths)
-        adam += 2 * per_step * steps * len(config.models) * len(config.seeds) * len(config.lr_rules)
+        rules = 1 + (len(config.lr_rules) - 1) * (task in config.scaled_lr_tasks)
+        adam += 2 * per_step * steps * len(config.models) * len(config.seeds) * rules
         if task in config.adam_wide_tasks:
             wide = sum(4.0 * config.adam_batch * m * d + 10.0 * m * d * 4 for m in config.adam_wide_widths)
-            adam += 2 * wide * steps * len(config.models) * len(config.seeds)
+            adam += 2 * wide * steps * len(config.wide_models) * len(config.seeds)
         budget = sum(config.budget_epochs) * math.ceil(n / config.adam_batch) * len(config.budget_l2)
         adam += budget * len(config.models) * 4.0 * config.adam_batch * config.budget_width * d * 2
     return 10.0 * len(config.tasks) + (gd + adam) / rate
@@ -567,14 +577,14 @@ def _jobs(config: Config) -> list[tuple]:
     wide = [m for m in config.widths if m > 4096]
     jobs = []
 
-    def adam(rule, tasks, widths):
+    def adam(rule, tasks, widths, models=models):
         for task in tasks:
             for m in widths:
                 for model in models:
                     for s in seeds:
                         jobs.append(("adam", task, model, m, s, rule))
 
-    def gd(widths):
+    def gd(widths, models=models):
         for task in config.tasks:
             for m in widths:
                 for model in models:
@@ -594,10 +604,10 @@ def _jobs(config: Config) -> list[tuple]:
             for l2 in config.budget_l2:
                 jobs.append(("budget", task, model, config.budget_width, 0, l2))
     for rule in rest:
-        adam(rule, config.adam_tasks, config.adam_widths)
-    gd(wide)
+        adam(rule, config.scaled_lr_tasks, config.adam_widths)
+    gd(wide, config.wide_models)
     if first:
-        adam(first, config.adam_wide_tasks, config.adam_wide_widths)
+        adam(first, config.adam_wide_tasks, config.adam_wide_widths, config.wide_models)
     return jobs
 
 
@@ -655,6 +665,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                 "cone": M["cone"], "schur": M["schur"], "points": {}, "adam": {}, "budget": {},
             }
             for m in config.widths:
+                if m > 4096 and model not in config.wide_models:
+                    continue
                 runs = [done[_key(("gd", task, model, m, s, None))] for s in config.seeds]
                 for name in ("dist_test", "dist_train", "kernel_move"):
                     arrays[f"{prefix}/m={m}/{name}"] = np.stack([r[0][name] for r in runs])
@@ -663,8 +675,11 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                 entry["points"][str(m)] = sc
             if task in config.adam_tasks:
                 for i, rule in enumerate(config.lr_rules):
+                    if i and task not in config.scaled_lr_tasks:
+                        continue
                     per = {}
-                    wide = config.adam_wide_widths if (i == 0 and task in config.adam_wide_tasks) else ()
+                    wide = (config.adam_wide_widths
+                            if (i == 0 and task in config.adam_wide_tasks and model in config.wide_models) else ())
                     for m in tuple(config.adam_widths) + tuple(wide):
                         runs = [done[_key(("adam", task, model, m, s, rule))] for s in config.seeds]
                         per[str(m)] = {k: [r[1][k] for r in runs] for k in runs[0][1]}
