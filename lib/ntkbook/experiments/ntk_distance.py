@@ -113,6 +113,8 @@ class Config:
     adam_l2: float = 1e-3
     lr_rules: tuple[str, ...] = ("constant", "inv_sqrt_m")
     lr_ref_width: int = 16
+    #: (task, largest width) pairs: the Adam line of that task stops there (CPU budget)
+    adam_width_caps: tuple[tuple[str, int], ...] = (("cifar10_auto_v_plane", 1024),)
     #: tasks on which the lr rules after the first run too (all adam_tasks run the first)
     scaled_lr_tasks: tuple[str, ...] = ("mnist_3v8",)
     # past 4096: the GD line for ``wide_models`` only, the Adam line (first lr rule) for
@@ -138,6 +140,7 @@ class Config:
             snapshots=(0, 10, 100),
             adam_widths=(16, 256),
             adam_wide_widths=(),
+            adam_width_caps=(),
             scaled_lr_tasks=("mnist_3v8", "cifar10_auto_v_plane"),
             wide_models=("relu", "attn"),
             adam_epochs=20,
@@ -171,6 +174,12 @@ class Config:
             raise ValueError(f"the symmetric initialisation needs even widths, got {odd}")
 
 
+def adam_widths_for(config: Config, task: str) -> tuple[int, ...]:
+    """The widths of the Adam line of ``task`` (``adam_widths`` up to the task's cap, if any)."""
+    cap = dict(config.adam_width_caps).get(task)
+    return tuple(m for m in config.adam_widths if cap is None or m <= cap)
+
+
 def adam_lr_for(config: Config, rule: str, width: int) -> float:
     """Adam's learning rate at ``width`` under ``rule`` (``"constant"`` or ``"inv_sqrt_m"``)."""
     if rule == "constant":
@@ -194,7 +203,7 @@ def estimate_seconds(config: Config) -> float:
     for task in config.adam_tasks:
         d = _DIMS[TASKS[task][0]]
         # forward + backward (2 matmuls of batch x m x d) plus the Adam update (~10 flops/weight)
-        per_step = sum(4.0 * config.adam_batch * m * d + 10.0 * m * d * 4 for m in config.adam_widths)
+        per_step = sum(4.0 * config.adam_batch * m * d + 10.0 * m * d * 4 for m in adam_widths_for(config, task))
         rules = 1 + (len(config.lr_rules) - 1) * (task in config.scaled_lr_tasks)
         adam += 2 * per_step * steps * len(config.models) * len(config.seeds) * rules
         if task in config.adam_wide_tasks:
@@ -577,9 +586,9 @@ def _jobs(config: Config) -> list[tuple]:
     wide = [m for m in config.widths if m > 4096]
     jobs = []
 
-    def adam(rule, tasks, widths, models=models):
+    def adam(rule, tasks, widths=None, models=models):
         for task in tasks:
-            for m in widths:
+            for m in widths or adam_widths_for(config, task):
                 for model in models:
                     for s in seeds:
                         jobs.append(("adam", task, model, m, s, rule))
@@ -592,19 +601,15 @@ def _jobs(config: Config) -> list[tuple]:
                         jobs.append(("gd", task, model, m, s, None))
 
     first, *rest = config.lr_rules or (None,)
-    small = [t for t in config.adam_tasks if _DIMS[TASKS[t][0]] <= 784]
-    large = [t for t in config.adam_tasks if t not in small]
     if first:
-        adam(first, small, config.adam_widths)
-    gd(narrow)
-    if first:
-        adam(first, large, config.adam_widths)
+        adam(first, config.adam_tasks)
     for task in config.adam_tasks:
         for model in models:
             for l2 in config.budget_l2:
                 jobs.append(("budget", task, model, config.budget_width, 0, l2))
     for rule in rest:
-        adam(rule, config.scaled_lr_tasks, config.adam_widths)
+        adam(rule, config.scaled_lr_tasks)
+    gd(narrow)
     gd(wide, config.wide_models)
     if first:
         adam(first, config.adam_wide_tasks, config.adam_wide_widths, config.wide_models)
@@ -680,7 +685,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                     per = {}
                     wide = (config.adam_wide_widths
                             if (i == 0 and task in config.adam_wide_tasks and model in config.wide_models) else ())
-                    for m in tuple(config.adam_widths) + tuple(wide):
+                    for m in adam_widths_for(config, task) + tuple(wide):
                         runs = [done[_key(("adam", task, model, m, s, rule))] for s in config.seeds]
                         per[str(m)] = {k: [r[1][k] for r in runs] for k in runs[0][1]}
                     entry["adam"][rule] = per
