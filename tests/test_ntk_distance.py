@@ -190,3 +190,42 @@ def test_scorecard_verdicts_follow_the_numbers(monkeypatch):
     rows = {r["claim"]: r for r in nd.scorecard(_fake_result([1.0, 0.5, 0.1], [0.1, 0.5, 1.0], mse=0.9))}
     assert rows["A.distance.attn"]["verdict"] == "does not"
     assert "not trained" in rows["A.distance.attn"]["ours"]
+
+
+def test_schur_bound_holds_and_is_reported():
+    """kappa(Theta) <= kappa(G_in) for the W-only ReLU NTK on unit-norm inputs (Schur product)."""
+    rng = np.random.default_rng(4)
+    X = np.abs(rng.standard_normal((12, 20)))
+    for attend in (False, True):
+        zt, _ = att.transform(X, attend=attend)
+        K = att.ntk(zt)
+        lam = np.linalg.eigvalsh(K)
+        sc = nd.schur_check(zt, X, float(lam[-1] / lam[0]), attend=attend)
+        assert sc["schur_ratio"] >= 1.0
+        assert sc["kappa_G_in"] == pytest.approx(np.linalg.cond(zt @ zt.T), rel=1e-6)
+        if attend:
+            assert sc["kappa_G_raw_cubed"] == pytest.approx(sc["kappa_G_raw"] ** 3)
+            # the row-normalised attention Gram is within the Ostrowski factor of the cube
+            assert sc["kappa_G_in"] > 1.0
+
+
+def test_adam_point_before_training_is_the_zero_function():
+    X, y, T = _toy(n=8, n_test=4)
+    zt, zs = att.transform(X, T, attend=True)
+    config = dataclasses.replace(nd.Config.smoke(), adam_epochs=0, train_dtype="float64")
+    yte = np.array([1.0, -1.0, 1.0, -1.0])
+    arr, sc = nd.adam_point(zt, y, zs, yte, np.zeros(4), config, 16, 0, "constant")
+    # symmetric initialisation: network and linearisation are both exactly 0, so is their distance
+    assert sc["dist_net_lin"] == 0.0 and sc["dist_net_ntk"] == 0.0
+    assert sc["train_mse_net"] == pytest.approx(1.0)
+    assert sc["kernel_move"] == 0.0 and sc["pattern_flips"] == 0.0
+
+
+def test_budget_point_reads_the_requested_epochs():
+    X, y, T = _toy(n=8, n_test=4)
+    zt, zs = att.transform(X, T, attend=False)
+    config = dataclasses.replace(nd.Config.smoke(), budget_width=8, budget_epochs=(2, 6), adam_batch=4,
+                                 adam_lr=1e-2, train_dtype="float64")
+    arr, sc = nd.budget_point(zt, y, zs, np.array([1.0, -1.0, 1.0, -1.0]), config, 0.0)
+    assert list(arr["epochs"]) == [2, 6]
+    assert sc["train_mse"][1] < sc["train_mse"][0] < 1.0

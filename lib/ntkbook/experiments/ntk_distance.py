@@ -784,8 +784,9 @@ def scorecard(result: Result) -> list[dict]:
             "claim": claim,
             "ours": "; ".join(parts),
             "verdict": verdict,
-            "note": (f"network vs its own linearisation, paper's Adam recipe, m = {cfg['adam_widths'][0]}–{cfg['adam_widths'][-1]}, "
-                     f"{len(cfg['seeds'])} seeds, RMS over test points; paper's direction: {want}; against the exact "
+            "note": (f"Network vs its own linearisation, paper's Adam recipe, m = {cfg['adam_widths'][0]}–{cfg['adam_widths'][-1]}, "
+                     f"{len(cfg['seeds'])} {'seed' if len(cfg['seeds']) == 1 else 'seeds'}, RMS over test points; "
+                     f"paper's direction: {want}; against the exact "
                      f"GD-trained NTK predictor the distance is {' / '.join(gd_parts)}."),
         })
     return rows
