@@ -126,6 +126,7 @@ class Config:
     budget_width: int = 256
     budget_epochs: tuple[int, ...] = (500, 2000, 5000)
     budget_l2: tuple[float, ...] = (1e-3, 0.0)
+    budget_models: tuple[str, ...] = ("attn",)
     # geometry
     n_hyperplanes: int = 20000
     train_dtype: str = "float32"
@@ -146,6 +147,7 @@ class Config:
             adam_epochs=20,
             adam_batch=16,
             budget_width=64,
+            budget_models=("relu", "attn"),
             budget_epochs=(20, 80),
             n_hyperplanes=2000,
         )
@@ -162,8 +164,9 @@ class Config:
                 set(self.adam_wide_tasks) | set(self.scaled_lr_tasks)) <= set(self.adam_tasks):
             raise ValueError(f"adam_wide_tasks {self.adam_wide_tasks} and scaled_lr_tasks {self.scaled_lr_tasks} "
                              f"must be among adam_tasks {self.adam_tasks}, and those among tasks {self.tasks}")
-        if set(self.wide_models) - set(self.models):
-            raise ValueError(f"wide_models {self.wide_models} must be among models {self.models}")
+        if (set(self.wide_models) | set(self.budget_models)) - set(self.models):
+            raise ValueError(f"wide_models {self.wide_models} and budget_models {self.budget_models} must be "
+                             f"among models {self.models}")
         if set(self.models) - set(MODELS):
             raise ValueError(f"models must be among {tuple(MODELS)}, got {self.models}")
         if set(self.lr_rules) - set(LR_RULES):
@@ -210,7 +213,7 @@ def estimate_seconds(config: Config) -> float:
             wide = sum(4.0 * config.adam_batch * m * d + 10.0 * m * d * 4 for m in config.adam_wide_widths)
             adam += 2 * wide * steps * len(config.wide_models) * len(config.seeds)
         budget = sum(config.budget_epochs) * math.ceil(n / config.adam_batch) * len(config.budget_l2)
-        adam += budget * len(config.models) * 4.0 * config.adam_batch * config.budget_width * d * 2
+        adam += budget * len(config.budget_models) * 4.0 * config.adam_batch * config.budget_width * d * 2
     return 10.0 * len(config.tasks) + (gd + adam) / rate
 
 
@@ -603,14 +606,14 @@ def _jobs(config: Config) -> list[tuple]:
     first, *rest = config.lr_rules or (None,)
     if first:
         adam(first, config.adam_tasks)
-    for task in config.adam_tasks:
-        for model in models:
-            for l2 in config.budget_l2:
-                jobs.append(("budget", task, model, config.budget_width, 0, l2))
-    for rule in rest:
-        adam(rule, config.scaled_lr_tasks)
     gd(narrow)
     gd(wide, config.wide_models)
+    for rule in rest:
+        adam(rule, config.scaled_lr_tasks)
+    for task in config.adam_tasks:
+        for model in config.budget_models:
+            for l2 in config.budget_l2:
+                jobs.append(("budget", task, model, config.budget_width, 0, l2))
     if first:
         adam(first, config.adam_wide_tasks, config.adam_wide_widths, config.wide_models)
     return jobs
@@ -689,7 +692,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                         runs = [done[_key(("adam", task, model, m, s, rule))] for s in config.seeds]
                         per[str(m)] = {k: [r[1][k] for r in runs] for k in runs[0][1]}
                     entry["adam"][rule] = per
-                for l2 in config.budget_l2:
+                for l2 in config.budget_l2 if model in config.budget_models else ():
                     arr, sc = done[_key(("budget", task, model, config.budget_width, 0, l2))]
                     entry["budget"][f"{l2:g}"] = {"epochs": [int(e) for e in arr["epochs"]], **sc}
             table[prefix] = entry
