@@ -696,11 +696,22 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                     arr, sc = done[_key(("budget", task, model, config.budget_width, 0, l2))]
                     entry["budget"][f"{l2:g}"] = {"epochs": [int(e) for e in arr["epochs"]], **sc}
             table[prefix] = entry
+    from ntkbook.train import training_record
+
+    labels, losses = [], []
+    for prefix, entry in table.items():
+        for rule, per in entry["adam"].items():
+            for m, sc in per.items():
+                for seed, loss in zip(config.seeds, sc["train_mse_net"]):
+                    labels.append(f"{prefix}/{rule}/m={m}/seed={seed}")
+                    losses.append(loss)
+    training = training_record(final_train_loss=np.asarray(losses), max_train_loss=TRAINED_MSE, labels=labels)
     return Result(
         name=NAME,
         config=dataclasses.asdict(config),
         arrays=arrays,
-        scalars={"table": table, "tasks": TASK_LABELS, "models": MODELS, "lr_rules": LR_RULES},
+        scalars={"table": table, "tasks": TASK_LABELS, "models": MODELS, "lr_rules": LR_RULES,
+                 "training": training},
     )
 
 
