@@ -606,14 +606,14 @@ def _jobs(config: Config) -> list[tuple]:
     first, *rest = config.lr_rules or (None,)
     if first:
         adam(first, config.adam_tasks)
-    gd(narrow)
-    gd(wide, config.wide_models)
     for rule in rest:
         adam(rule, config.scaled_lr_tasks)
+    gd(narrow)
     for task in config.adam_tasks:
         for model in config.budget_models:
             for l2 in config.budget_l2:
                 jobs.append(("budget", task, model, config.budget_width, 0, l2))
+    gd(wide, config.wide_models)
     if first:
         adam(first, config.adam_wide_tasks, config.adam_wide_widths, config.wide_models)
     return jobs
