@@ -212,20 +212,22 @@ def plot_cone(result: Result):
 
 def plot_kernel_movement(result: Result):
     """``||K_T - K_0||_F / ||K_0||_F`` versus width for GD (solid) and Adam (dashed, where the Adam
-    line ran), with a ``1/sqrt(m)`` line."""
+    line ran), with a ``1/sqrt(m)`` line. Widths at which the kernel did not move at all (no
+    activation pattern changed) cannot be drawn on a log axis and are left out."""
     tasks = list(result.config["tasks"])
     fig, axes = _panel_grid(len(tasks), height=3.4, sharey=True)
     for ax, task in zip(axes, tasks):
         for model in result.config["models"]:
             st = MODEL_STYLE[model]
-            widths, v = _values(result, task, model, "kernel_move_T")
-            ax.errorbar(widths, v.mean(axis=1), yerr=v.std(axis=1), capsize=3, lw=1.3, ms=4, color=st["color"],
-                        marker=st["marker"], label=f"{result['models'][model]}, GD")
+            lines = [("kernel_move_T", "gd", "-", st["color"], "GD")]
             if task in result.config["adam_tasks"]:
-                wa, va = _values(result, task, model, "kernel_move", "adam")
-                ax.errorbar(wa, np.maximum(va.mean(axis=1), 1e-6), yerr=va.std(axis=1), capsize=3, lw=1, ms=5,
-                            ls="--", mfc="white", color=st["color"], marker=st["marker"],
-                            label=f"{result['models'][model]}, Adam")
+                lines.append(("kernel_move", "adam", "--", "white", "Adam"))
+            for key, line, ls, mfc, name in lines:
+                widths, v = _values(result, task, model, key, line)
+                mu, sd = v.mean(axis=1), v.std(axis=1)
+                ok = mu > 0
+                ax.errorbar(widths[ok], mu[ok], yerr=sd[ok], capsize=3, lw=1.3, ms=5, ls=ls, mfc=mfc,
+                            color=st["color"], marker=st["marker"], label=f"{result['models'][model]}, {name}")
         all_w = np.asarray(result["widths"])
         ax.loglog(all_w, 1.0 / np.sqrt(all_w), "k:", lw=1, label=r"$1/\sqrt{m}$")
         _width_axis(ax, all_w)
