@@ -115,11 +115,13 @@ class Config:
     lr_ref_width: int = 16
     #: (task, largest width) pairs: the Adam line of that task stops there (CPU budget)
     adam_width_caps: tuple[tuple[str, int], ...] = (("cifar10_auto_v_plane", 1024),)
-    #: tasks on which the lr rules after the first run too (all adam_tasks run the first)
+    #: tasks and widths at which the lr rules after the first run too (all adam_tasks run the first)
     scaled_lr_tasks: tuple[str, ...] = ("mnist_3v8",)
-    # past 4096: the GD line for ``wide_models`` only, the Adam line (first lr rule) for
-    # ``adam_wide_tasks`` x ``wide_models`` at ``adam_wide_widths``; computed last
+    scaled_lr_widths: tuple[int, ...] = (16, 64, 256, 1024)
+    # past 4096: the GD line for ``gd_wide_tasks`` x ``wide_models`` only, the Adam line (first lr
+    # rule) for ``adam_wide_tasks`` x ``wide_models`` at ``adam_wide_widths``; computed last
     wide_models: tuple[str, ...] = ("attn",)
+    gd_wide_tasks: tuple[str, ...] = ("mnist_3v8",)
     adam_wide_tasks: tuple[str, ...] = ("mnist_3v8",)
     adam_wide_widths: tuple[int, ...] = (8192, 16384)
     # line 3: training budget at one width (seed 0)
@@ -143,6 +145,8 @@ class Config:
             adam_wide_widths=(),
             adam_width_caps=(),
             scaled_lr_tasks=("mnist_3v8", "cifar10_auto_v_plane"),
+            scaled_lr_widths=(16, 256),
+            gd_wide_tasks=tuple(TASKS),
             wide_models=("relu", "attn"),
             adam_epochs=20,
             adam_batch=16,
@@ -157,7 +161,8 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        bad = [t for t in set(self.tasks) | set(self.adam_tasks) | set(self.adam_wide_tasks) if t not in TASKS]
+        bad = [t for t in set(self.tasks) | set(self.adam_tasks) | set(self.adam_wide_tasks) | set(self.gd_wide_tasks)
+               if t not in TASKS]
         if bad:
             raise ValueError(f"unknown task(s) {bad}; known: {', '.join(TASKS)}")
         if not set(self.adam_tasks) <= set(self.tasks) or not (
@@ -171,6 +176,8 @@ class Config:
             raise ValueError(f"models must be among {tuple(MODELS)}, got {self.models}")
         if set(self.lr_rules) - set(LR_RULES):
             raise ValueError(f"lr_rules must be among {tuple(LR_RULES)}, got {self.lr_rules}")
+        if set(self.gd_wide_tasks) - set(self.tasks):
+            raise ValueError(f"gd_wide_tasks {self.gd_wide_tasks} must be among tasks {self.tasks}")
         odd = [m for m in tuple(self.widths) + tuple(self.adam_widths) + tuple(self.adam_wide_widths)
                + (self.budget_width,) if m % 2]
         if odd:
@@ -199,16 +206,19 @@ def estimate_seconds(config: Config) -> float:
     """Rough wall time on 2 CPU cores (about 1e11 flop/s for float32 matmuls)."""
     n = 2 * config.n_train_per_class
     rate = 1.0e11
-    per_model = {mod: sum(m for m in config.widths if m <= 4096 or mod in config.wide_models) for mod in config.models}
-    gd = 6.0 * n * n * sum(per_model.values()) * config.snapshots[-1] * len(config.tasks) * len(config.seeds)
+    narrow = sum(m for m in config.widths if m <= 4096) * len(config.models) * len(config.tasks)
+    wide = sum(m for m in config.widths if m > 4096) * len(config.wide_models) * len(config.gd_wide_tasks)
+    gd = 6.0 * n * n * (narrow + wide) * config.snapshots[-1] * len(config.seeds)
     steps = config.adam_epochs * math.ceil(n / config.adam_batch)
     adam = 0.0
     for task in config.adam_tasks:
         d = _DIMS[TASKS[task][0]]
         # forward + backward (2 matmuls of batch x m x d) plus the Adam update (~10 flops/weight)
-        per_step = sum(4.0 * config.adam_batch * m * d + 10.0 * m * d * 4 for m in adam_widths_for(config, task))
-        rules = 1 + (len(config.lr_rules) - 1) * (task in config.scaled_lr_tasks)
-        adam += 2 * per_step * steps * len(config.models) * len(config.seeds) * rules
+        cost = lambda widths: sum(4.0 * config.adam_batch * m * d + 10.0 * m * d * 4 for m in widths)
+        per_step = cost(adam_widths_for(config, task))
+        if task in config.scaled_lr_tasks:
+            per_step += (len(config.lr_rules) - 1) * cost(config.scaled_lr_widths)
+        adam += 2 * per_step * steps * len(config.models) * len(config.seeds)
         if task in config.adam_wide_tasks:
             wide = sum(4.0 * config.adam_batch * m * d + 10.0 * m * d * 4 for m in config.adam_wide_widths)
             adam += 2 * wide * steps * len(config.wide_models) * len(config.seeds)
@@ -596,8 +606,8 @@ def _jobs(config: Config) -> list[tuple]:
                     for s in seeds:
                         jobs.append(("adam", task, model, m, s, rule))
 
-    def gd(widths, models=models):
-        for task in config.tasks:
+    def gd(widths, models=models, tasks=config.tasks):
+        for task in tasks:
             for m in widths:
                 for model in models:
                     for s in seeds:
@@ -607,13 +617,13 @@ def _jobs(config: Config) -> list[tuple]:
     if first:
         adam(first, config.adam_tasks)
     for rule in rest:
-        adam(rule, config.scaled_lr_tasks)
+        adam(rule, config.scaled_lr_tasks, config.scaled_lr_widths)
     gd(narrow)
     for task in config.adam_tasks:
         for model in config.budget_models:
             for l2 in config.budget_l2:
                 jobs.append(("budget", task, model, config.budget_width, 0, l2))
-    gd(wide, config.wide_models)
+    gd(wide, config.wide_models, config.gd_wide_tasks)
     if first:
         adam(first, config.adam_wide_tasks, config.adam_wide_widths, config.wide_models)
     return jobs
@@ -673,7 +683,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                 "cone": M["cone"], "schur": M["schur"], "points": {}, "adam": {}, "budget": {},
             }
             for m in config.widths:
-                if m > 4096 and model not in config.wide_models:
+                if m > 4096 and (model not in config.wide_models or task not in config.gd_wide_tasks):
                     continue
                 runs = [done[_key(("gd", task, model, m, s, None))] for s in config.seeds]
                 for name in ("dist_test", "dist_train", "kernel_move"):
@@ -688,7 +698,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                     per = {}
                     wide = (config.adam_wide_widths
                             if (i == 0 and task in config.adam_wide_tasks and model in config.wide_models) else ())
-                    for m in adam_widths_for(config, task) + tuple(wide):
+                    base = adam_widths_for(config, task) if i == 0 else tuple(config.scaled_lr_widths)
+                    for m in base + tuple(wide):
                         runs = [done[_key(("adam", task, model, m, s, rule))] for s in config.seeds]
                         per[str(m)] = {k: [r[1][k] for r in runs] for k in runs[0][1]}
                     entry["adam"][rule] = per
