@@ -168,8 +168,9 @@ def test_width_trend_rules():
 
 def _fake_result(relu_d, attn_d, mse=0.1):
     widths = (16, 256, 4096)
-    adam = lambda d: {"constant": {str(m): {"dist_net_lin": [v, v], "train_mse_net": [mse, mse]}
-                                   for m, v in zip(widths, d)}}
+    acc = 1.0 if mse < 0.5 else 0.6
+    adam = lambda d: {"constant": {str(m): {"dist_net_lin": [v, v], "train_mse_net": [mse, mse],
+                                            "acc_train_net": [acc, acc]} for m, v in zip(widths, d)}}
     gd = {str(m): {"dist_test_T": [1.0 / m, 1.0 / m]} for m in widths}
     table = {f"t/{model}": {"adam": adam(d), "points": gd} for model, d in (("relu", relu_d), ("attn", attn_d))}
     from ntkbook.store import Result

@@ -114,8 +114,9 @@ def plot_ntk_distance(result: Result, key: str = "dist_test_T", *, relative: boo
 def plot_adam_distance(result: Result, rule: str = "constant"):
     """Adam line: top row, the distance between each network and its own linearisation (solid) and
     to the converged kernel regression (dashed); bottom row, the networks' training MSE, with the
-    "trained" threshold. Hollow markers: networks that did not train."""
-    from ntkbook.experiments.ntk_distance import TRAINED_MSE
+    MSE threshold of "trained". Hollow markers: networks that did not train (by MSE and training
+    accuracy, :func:`ntkbook.experiments.ntk_distance.is_trained`)."""
+    from ntkbook.experiments.ntk_distance import TRAINED_ACC, TRAINED_MSE
 
     tasks = list(result.config["adam_tasks"])
     fig, axes = new_figure(len(tasks), 2, width=8.0, height=6.0, sharex="col")
@@ -127,7 +128,8 @@ def plot_adam_distance(result: Result, rule: str = "constant"):
             widths, d = _values(result, task, model, "dist_net_lin", "adam", rule)
             _, dn = _values(result, task, model, "dist_net_ntk", "adam", rule)
             _, mse = _values(result, task, model, "train_mse_net", "adam", rule)
-            ok = mse.mean(axis=1) <= TRAINED_MSE
+            _, acc = _values(result, task, model, "acc_train_net", "adam", rule)
+            ok = (mse.mean(axis=1) <= TRAINED_MSE) & (acc.mean(axis=1) >= TRAINED_ACC)
             mu = d.mean(axis=1)
             top.plot(widths, mu, "-", color=st["color"], lw=1.5, label=f"{result['models'][model]}: net vs own linearisation")
             top.errorbar(widths, mu, yerr=d.std(axis=1), fmt="none", ecolor=st["color"], capsize=3)
@@ -139,7 +141,7 @@ def plot_adam_distance(result: Result, rule: str = "constant"):
             bot.plot(widths[ok], mse.mean(axis=1)[ok], ls="none", ms=6, **st)
             bot.plot(widths[~ok], mse.mean(axis=1)[~ok], ls="none", ms=6, mfc="white", **st)
         bot.axhline(TRAINED_MSE, color="0.4", ls=":", lw=1)
-        bot.text(widths[0], TRAINED_MSE * 1.05, "trained below", fontsize=10, color="0.3", va="bottom")
+        bot.text(widths[0], TRAINED_MSE * 1.05, "MSE criterion", fontsize=10, color="0.3", va="bottom")
         top.set_yscale("symlog", linthresh=1e-3)
         top.set_ylim(bottom=0)
         top.set_title(result["tasks"][task].replace(" automobile vs airplane", " auto/plane"))
