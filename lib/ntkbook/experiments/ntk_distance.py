@@ -126,7 +126,7 @@ class Config:
     wide_models: tuple[str, ...] = ("attn",)
     gd_wide_tasks: tuple[str, ...] = ("mnist_3v8",)
     adam_wide_tasks: tuple[str, ...] = ("mnist_3v8",)
-    adam_wide_widths: tuple[int, ...] = (8192, 16384)
+    adam_wide_widths: tuple[int, ...] = (8192,)
     # line 3: training budget at one width (seed 0)
     budget_width: int = 256
     budget_epochs: tuple[int, ...] = (500, 2000, 5000)
