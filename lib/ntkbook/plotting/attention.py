@@ -250,6 +250,8 @@ def plot_distance_vs_time(result: Result, task: str):
     for ax, model in zip(axes, models):
         rms = result[f"{task}/{model}/ntk_rms"][:-1]
         for i, m in enumerate(widths):
+            if str(m) not in result["table"][f"{task}/{model}"]["points"]:
+                continue  # this width was run for the other model only
             d = result[f"{task}/{model}/m={m}/dist_test"].mean(axis=0)
             ok = (steps > 0) & (rms > 0)
             ax.loglog(steps[ok], d[ok] / rms[ok], "o-", ms=3, color=cmap(i / max(len(widths) - 1, 1)), label=f"m = {m}")
