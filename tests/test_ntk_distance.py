@@ -164,6 +164,9 @@ def test_width_trend_rules():
     assert nd.width_trend(w, np.ones(4))[1] == "flat"
     # exactly linear at the narrow end, not at the wide end
     assert nd.width_trend(w, np.array([0.0, 0.0, 0.1, 0.2]))[1] == "increasing"
+    assert nd.width_trend(w, np.array([0.0, 0.0, 0.0, 0.2]))[1] == "increasing"
+    # zero at the narrow end, then falling: the positive part decides
+    assert nd.width_trend(w, np.array([0.0, 0.4, 0.2, 0.1]))[1] == "decreasing"
 
 
 def _fake_result(relu_d, attn_d, mse=0.1):

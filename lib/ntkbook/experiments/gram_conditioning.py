@@ -195,7 +195,7 @@ def scorecard(result: Result) -> list[dict]:
         "ours": f"largest relative error of κ(G̃) against κ(G)³: {sci(worst)} ({len(errs)} leading blocks and "
                 f"{len(full)} of {len(result['datasets'])} full spectra resolved)",
         "verdict": "reproduces" if math.isfinite(worst) and worst < IDENTITY_TOL else "does not",
-        "note": f"float64 singular values of X X^T X; verified below a relative error of {IDENTITY_TOL:g}.",
+        "note": f"float64 singular values of X X^T X; verified below a relative error of {sci(IDENTITY_TOL, 0)}.",
     }]
     natural = "cifar10" if "cifar10" in per else result["datasets"][0]
     s = per[natural]

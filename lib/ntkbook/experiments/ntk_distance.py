@@ -763,13 +763,13 @@ def trend(slope: float) -> str:
 
 
 def width_trend(widths, values) -> tuple[float, str]:
-    """``(log-log slope, trend)`` of the mean over seeds against width. A distance that is exactly 0
-    at the narrow end (the network *is* its linearisation there) and positive later is
-    ``"increasing"`` whatever the slope over the positive part."""
+    """``(log-log slope, trend)`` of the mean over seeds against width (widths with a mean of 0 are
+    left out of the fit). A distance that is exactly 0 at the narrow end (the network *is* its
+    linearisation there) and positive at fewer than two widths is ``"increasing"``."""
     y = np.asarray(values, dtype=float)
     y = y.mean(axis=1) if y.ndim == 2 else y
     s = loglog_slope(widths, y)
-    if y.size >= 2 and y[0] == 0.0 and y[-1] > 0.0:
+    if not math.isfinite(s) and y.size >= 2 and y[0] == 0.0 and y[-1] > 0.0:
         return s, "increasing"
     return s, trend(s)
 
@@ -807,7 +807,7 @@ def scorecard(result: Result) -> list[dict]:
             held += tr == want
             full += tr == want and trained
             mu = d.mean(axis=1)
-            parts.append(f"{TASK_LABELS[task]}: {mu[0]:.2g} → {mu[-1]:.2g} ({tr}"
+            parts.append(f"{TASK_LABELS[task]}: {mu[0]:.2g} → {mu[-1]:.2g} at m = {w[0]}–{w[-1]} ({tr}, slope {s:+.3f}"
                          + ("" if trained else f"; not trained: training accuracy below {TRAINED_ACC:.0%} "
                                                    f"or MSE above {TRAINED_MSE:g}") + ")")
         verdict = "reproduces" if full == len(tasks) else ("partly" if held else "does not")
@@ -819,7 +819,7 @@ def scorecard(result: Result) -> list[dict]:
             "claim": claim,
             "ours": "; ".join(parts),
             "verdict": verdict,
-            "note": (f"Network vs its own linearisation, paper's Adam recipe, m = {cfg['adam_widths'][0]}–{cfg['adam_widths'][-1]}, "
+            "note": (f"Network vs its own linearisation, paper's Adam recipe, "
                      f"{len(cfg['seeds'])} {'seed' if len(cfg['seeds']) == 1 else 'seeds'}, RMS over test points; "
                      f"paper's direction: {want}; against the exact "
                      f"GD-trained NTK predictor the distance is {' / '.join(gd_parts)}."),
