@@ -205,10 +205,11 @@ def plot_cone(result: Result):
             b.text(xi + (i - 0.5) * 0.38, f + 0.02, f"{f:.0%}", ha="center", fontsize=10)
     b.set_xticks(x)
     b.set_xticklabels([result["tasks"][t].split(" ")[0] for t in tasks])
-    b.set_ylim(0, 1.15)
+    b.set_ylim(0, 1.4)
+    b.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
     b.set_ylabel("hyperplanes that cut the data")
     b.set_title("(b) random ReLU hyperplanes")
-    b.legend(loc="upper right")
+    b.legend(loc="upper center", ncol=2)
     return fig
 
 
