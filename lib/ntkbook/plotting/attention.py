@@ -1,5 +1,6 @@
-"""Figures of the linear-attention chapter (Paper A): Gram spectra, ridges, NTK distance, kernel
-movement. Each function takes a :class:`~ntkbook.store.Result` and returns the Figure."""
+"""Figures of the linear-attention chapter (Paper A): Gram spectra, ridges, the input cone, NTK
+distances, kernel movement. Each function takes a :class:`~ntkbook.store.Result` and returns the
+Figure. Fonts follow the book's style (10 pt or more at a figure width of about 8 in)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ from ntkbook.store import Result
 MODEL_STYLE = {"relu": dict(color=PALETTE[0], marker="o"), "attn": dict(color=PALETTE[1], marker="s")}
 
 
+def _panel_grid(k: int, width: float = 8.0, height: float = 3.2, **kw):
+    """``k`` panels side by side (three or fewer) on a page-wide figure."""
+    fig, axes = new_figure(k, 1, width=width, height=height, **kw)
+    return fig, np.atleast_1d(axes)
+
+
 def plot_gram_spectra(result: Result):
     """Normalised eigenvalues of G, of G~ = G^3 (measured from the attention output and as the cube
     of G's), of G~ by a naive eigh, and of the row-normalised attention Gram, per data set."""
     names = result["datasets"]
-    fig, axes = new_figure(len(names), 1, width=3.3 * len(names), height=3.4, sharey=True)
-    axes = np.atleast_1d(axes)
+    fig, axes = _panel_grid(len(names), height=3.6, sharey=True)
     for ax, name in zip(axes, names):
         s = result["per_dataset"][name]
         lam = result[f"{name}/lam_G"]
@@ -26,126 +32,233 @@ def plot_gram_spectra(result: Result):
         r, rt, rh = s["rank_G"], s["rank_Gt"], s["rank_Ghat"]
         k = np.arange(1, lam.size + 1)
         ax.semilogy(k[:r], lam[:r] / lam[0], color=PALETTE[0], lw=1.5, label=r"$G = XX^\top$")
-        ax.semilogy(k[:r], (lam[:r] / lam[0]) ** 3, color="k", lw=2.5, alpha=0.35, label=r"$\lambda(G)^3$")
-        ax.semilogy(k[:rt], lam_t[:rt] / lam_t[0], color=PALETTE[1], lw=1, ls="--",
+        ax.semilogy(k[:r], (lam[:r] / lam[0]) ** 3, color="k", lw=3, alpha=0.3, label=r"$\lambda(G)^3$")
+        ax.semilogy(k[:rt], lam_t[:rt] / lam_t[0], color=PALETTE[1], lw=1.2, ls="--",
                     label=r"$\tilde G$ (SVD of $XX^\top X$)")
         kn = np.arange(1, naive.size + 1)
-        ax.semilogy(kn, np.abs(naive) / naive[0], color="0.5", lw=0.8, ls=":",
-                    label=r"$|\lambda|$ of $\tilde G$ by eigh")
-        ax.semilogy(k[:rh], lam_h[:rh] / lam_h[0], color=PALETTE[2], lw=1.2,
-                    label=r"$\hat G$ (row-normalised)")
-        ax.set_title(result["labels"][name], fontsize=9)
-        ax.set_xlabel("eigenvalue index $k$")
+        ax.semilogy(kn, np.abs(naive) / naive[0], color="0.45", lw=1, ls=":", label=r"$|\lambda|$ of $\tilde G$ by eigh")
+        ax.semilogy(k[:rh], lam_h[:rh] / lam_h[0], color=PALETTE[2], lw=1.2, label=r"$\hat G$ (row-normalised)")
+        ax.set_title(result["labels"][name].replace(" (JPEG q75 subset)", ""))
+        ax.set_xlabel("index $k$")
     axes[0].set_ylabel(r"$\lambda_k / \lambda_1$")
-    axes[0].legend(fontsize=7, loc="lower left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
     return fig
 
 
 def plot_ridge(result: Result):
-    """Condition number with a ridge ``r * lambda_max`` versus ``r``: G, G~, G^ and kappa_r(G)^3."""
+    """Condition number with a ridge ``r * lambda_max`` versus ``r``: G, G~, G^ and kappa_r(G)^3.
+    The legend sits below the panels, so it hides no curve."""
     names = result["datasets"]
     ridges = result["rel_ridges"]
-    fig, axes = new_figure(len(names), 1, width=3.3 * len(names), height=3.2, sharey=True)
-    axes = np.atleast_1d(axes)
+    fig, axes = _panel_grid(len(names), height=3.6, sharey=True)
     for ax, name in zip(axes, names):
         g, gt, gh = (result[f"{name}/{k}"] for k in ("ridge_G", "ridge_Gt", "ridge_Ghat"))
-        ax.loglog(ridges, g, "o-", ms=3, color=PALETTE[0], label=r"$\kappa(G + rλ_1 I)$")
-        ax.loglog(ridges, g**3, "-", lw=2.5, alpha=0.35, color="k", label=r"$\kappa(G + rλ_1 I)^3$")
-        ax.loglog(ridges, gt, "s--", ms=3, color=PALETTE[1], label=r"$\kappa(\tilde G + r\tilde λ_1 I)$")
-        ax.loglog(ridges, gh, "^-", ms=3, color=PALETTE[2], label=r"$\kappa(\hat G + r\hat λ_1 I)$")
-        ax.loglog(ridges, 1 + 1 / ridges, "k:", lw=0.8, label=r"$1 + 1/r$ (cap)")
-        ax.set_title(result["labels"][name], fontsize=9)
+        ax.loglog(ridges, g**3, "-", lw=4, alpha=0.3, color="k", label=r"$\kappa(G + r\lambda_1 I)^3$")
+        ax.loglog(ridges, g, "o-", ms=4, color=PALETTE[0], label=r"$\kappa(G + r\lambda_1 I)$")
+        ax.loglog(ridges, gt, "s--", ms=5, mfc="none", color=PALETTE[1], label=r"$\kappa(\tilde G + r\tilde\lambda_1 I)$")
+        ax.loglog(ridges, gh, "^:", ms=4, color=PALETTE[2], label=r"$\kappa(\hat G + r\hat\lambda_1 I)$")
+        ax.loglog(ridges, 1 + 1 / ridges, "-", color="0.5", lw=1, label=r"$1 + 1/r$ (cap)")
+        ax.set_title(result["labels"][name].replace(" (JPEG q75 subset)", ""))
         ax.set_xlabel("relative ridge $r$")
     axes[0].set_ylabel("condition number")
-    axes[0].legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
     return fig
 
 
-def _width_axis(ax, widths):
+def _width_axis(ax, widths, ylog: bool = True):
     from matplotlib.ticker import NullFormatter
 
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    if ylog:
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(list(widths))
-    ax.set_xticklabels([str(int(w)) for w in widths])
+    ax.set_xticklabels([f"{int(w) // 1024}k" if w >= 8192 else str(int(w)) for w in widths])
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("width $m$")
 
 
-def _stat(result: Result, task: str, model: str, key: str, widths, relative: bool = False):
-    entry = result["table"][f"{task}/{model}"]["points"]
-    vals = np.array([entry[str(m)][key] for m in widths], dtype=float)  # (W, seeds)
-    if relative:
-        vals = vals / result[f"{task}/{model}/ntk_rms"][-2]
-    return vals.mean(axis=1), vals.std(axis=1)
+def _values(result: Result, task: str, model: str, key: str, line: str = "gd", rule: str = "constant"):
+    entry = result["table"][f"{task}/{model}"]
+    pts = entry["points"] if line == "gd" else entry["adam"][rule]
+    widths = np.array(sorted(int(m) for m in pts))
+    return widths, np.array([pts[str(m)][key] for m in widths], dtype=float)
 
 
 def plot_ntk_distance(result: Result, key: str = "dist_test_T", *, relative: bool = False, ylabel=None):
-    """``||f_m - f_NTK||`` versus width, log-log, one panel per task, mean +- std over seeds,
+    """GD line: ``||f_m - f_NTK||`` versus width, log-log, one panel per task, mean +- std over seeds,
     with a ``1/sqrt(m)`` reference line."""
     tasks = list(result.config["tasks"])
-    widths = np.asarray(result["widths"])
-    fig, axes = new_figure(len(tasks), 1, width=3.3 * len(tasks), height=3.3)
-    axes = np.atleast_1d(axes)
+    fig, axes = _panel_grid(len(tasks), height=3.4)
     for ax, task in zip(axes, tasks):
         for model in result.config["models"]:
-            mu, sd = _stat(result, task, model, key, widths, relative)
+            widths, v = _values(result, task, model, key)
+            if relative:
+                v = v / result[f"{task}/{model}/ntk_rms"][-2]
+            mu, sd = v.mean(axis=1), v.std(axis=1)
             ax.errorbar(widths, mu, yerr=sd, capsize=3, lw=1.3, ms=4, label=result["models"][model],
                         **MODEL_STYLE[model])
-            ref = mu[0] * np.sqrt(widths[0] / widths)
-            ax.loglog(widths, ref, ls=":", lw=0.8, color=MODEL_STYLE[model]["color"])
+            ax.plot(widths, mu[0] * np.sqrt(widths[0] / widths), ls=":", lw=1, color=MODEL_STYLE[model]["color"])
         _width_axis(ax, widths)
-        ax.set_title(result["tasks"][task], fontsize=9)
-    axes[0].set_ylabel(ylabel or (r"$\|f_m - f_{NTK}\|$ / RMS$(f_{NTK})$" if relative else r"$\|f_m - f_{NTK}\|$ (RMS over test)"))
-    axes[0].plot([], [], "k:", lw=0.8, label=r"$\propto 1/\sqrt{m}$")
-    axes[0].legend(fontsize=7)
+        ax.set_title(result["tasks"][task].replace(" automobile vs airplane", " auto/plane")
+                     .replace(" shirt vs T-shirt/top", " shirt/T-shirt"))
+    axes[0].set_ylabel(ylabel or (r"distance / RMS$(f_{NTK})$" if relative else r"$\|f_m - f_{NTK}\|$ (RMS)"))
+    axes[0].plot([], [], "k:", lw=1, label=r"$\propto 1/\sqrt{m}$")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    return fig
+
+
+def plot_adam_distance(result: Result, rule: str = "constant"):
+    """Adam line: top row, the distance between each network and its own linearisation (solid) and
+    to the converged kernel regression (dashed); bottom row, the networks' training MSE, with the
+    MSE threshold of "trained". Hollow markers: networks that did not train (by MSE and training
+    accuracy, :func:`ntkbook.experiments.ntk_distance.is_trained`)."""
+    from ntkbook.experiments.ntk_distance import TRAINED_ACC, TRAINED_MSE
+
+    tasks = list(result.config["adam_tasks"])
+    fig, axes = new_figure(len(tasks), 2, width=8.0, height=6.0, sharex="col")
+    axes = np.asarray(axes).reshape(2, len(tasks))
+    for j, task in enumerate(tasks):
+        top, bot = axes[0, j], axes[1, j]
+        for model in result.config["models"]:
+            st = MODEL_STYLE[model]
+            widths, d = _values(result, task, model, "dist_net_lin", "adam", rule)
+            _, dn = _values(result, task, model, "dist_net_ntk", "adam", rule)
+            _, mse = _values(result, task, model, "train_mse_net", "adam", rule)
+            _, acc = _values(result, task, model, "acc_train_net", "adam", rule)
+            ok = (mse.mean(axis=1) <= TRAINED_MSE) & (acc.mean(axis=1) >= TRAINED_ACC)
+            mu = d.mean(axis=1)
+            top.plot(widths, mu, "-", color=st["color"], lw=1.5, label=f"{result['models'][model]}: net vs own linearisation")
+            top.errorbar(widths, mu, yerr=d.std(axis=1), fmt="none", ecolor=st["color"], capsize=3)
+            top.plot(widths[ok], mu[ok], ls="none", ms=6, **st)
+            top.plot(widths[~ok], mu[~ok], ls="none", ms=6, mfc="white", **st)
+            top.plot(widths, dn.mean(axis=1), "--", color=st["color"], lw=1.2,
+                     label=f"{result['models'][model]}: net vs $f_{{NTK,\\infty}}$")
+            bot.plot(widths, mse.mean(axis=1), "-", color=st["color"], lw=1.5)
+            bot.plot(widths[ok], mse.mean(axis=1)[ok], ls="none", ms=6, **st)
+            bot.plot(widths[~ok], mse.mean(axis=1)[~ok], ls="none", ms=6, mfc="white", **st)
+        bot.axhline(TRAINED_MSE, color="0.4", ls=":", lw=1)
+        bot.text(widths[0], TRAINED_MSE * 1.05, "MSE criterion", fontsize=10, color="0.3", va="bottom")
+        top.set_yscale("symlog", linthresh=1e-3)
+        top.set_ylim(bottom=0)
+        top.set_title(result["tasks"][task].replace(" automobile vs airplane", " auto/plane"))
+        _width_axis(bot, widths, ylog=False)
+        bot.set_ylim(0, 1.1)
+    axes[0, 0].set_ylabel("distance (RMS over test)")
+    axes[1, 0].set_ylabel("training MSE")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2)
+    return fig
+
+
+def plot_lr_scaling(result: Result):
+    """Net-vs-linearisation distance with Adam's lr constant (solid) and scaled as 1/sqrt(m)
+    (dashed), per task."""
+    tasks = [t for t in result.config["adam_tasks"] if t in result.config["scaled_lr_tasks"]]
+    rules = list(result.config["lr_rules"])
+    fig, axes = _panel_grid(len(tasks), width=4.5 * len(tasks) if len(tasks) < 2 else 8.0, height=3.6)
+    for ax, task in zip(axes, tasks):
+        for model in result.config["models"]:
+            st = MODEL_STYLE[model]
+            for rule, ls, mfc in zip(rules, ("-", "--"), (st["color"], "white")):
+                widths, d = _values(result, task, model, "dist_net_lin", "adam", rule)
+                ax.errorbar(widths, d.mean(axis=1), yerr=d.std(axis=1), ls=ls, capsize=3, lw=1.3, ms=5,
+                            mfc=mfc, color=st["color"], marker=st["marker"],
+                            label=f"{result['models'][model]}, {result['lr_rules'][rule]}")
+        ax.set_yscale("symlog", linthresh=1e-3)
+        ax.set_ylim(bottom=0)
+        _width_axis(ax, widths, ylog=False)
+        ax.set_title(result["tasks"][task].replace(" automobile vs airplane", " auto/plane"))
+    axes[0].set_ylabel("net vs own linearisation")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2)
+    return fig
+
+
+def plot_cone(result: Result):
+    """(a) distribution of the pairwise angles between the inputs each network sees (raw pixels,
+    row-normalised, vs the row-normalised attention output), per task; (b) the fraction of random
+    ReLU hyperplanes that cut the data, and the expected number of independent neurons that do at
+    the smallest and largest Adam width."""
+    tasks = list(result.config["tasks"])
+    fig, (a, b) = new_figure(2, 1, width=8.0, height=3.6)
+    q = np.linspace(0, 1, 101)
+    styles = ("-", "--", ":")
+    for task, ls in zip(tasks, styles):
+        for model in result.config["models"]:
+            ang = result[f"{task}/{model}/angle_quantiles"]
+            a.plot(np.maximum(ang, 1e-6), q, ls=ls, color=MODEL_STYLE[model]["color"], lw=1.5,
+                   label=f"{result['models'][model]}, {result['tasks'][task].split(' ')[0]}")
+    a.set_xscale("log")
+    a.set_xlabel("pairwise angle (rad)")
+    a.set_ylabel("fraction of pairs below")
+    a.set_title("(a) angles between inputs")
+    a.legend(fontsize=9, loc="upper left")
+    x = np.arange(len(tasks))
+    for i, model in enumerate(result.config["models"]):
+        frac = [result["table"][f"{t}/{model}"]["cone"]["cut_fraction"] for t in tasks]
+        b.bar(x + (i - 0.5) * 0.38, frac, width=0.38, color=MODEL_STYLE[model]["color"], label=result["models"][model])
+        for xi, f in zip(x, frac):
+            b.text(xi + (i - 0.5) * 0.38, f + 0.02, f"{f:.0%}", ha="center", fontsize=10)
+    b.set_xticks(x)
+    b.set_xticklabels([result["tasks"][t].split(" ")[0] for t in tasks])
+    b.set_ylim(0, 1.4)
+    b.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+    b.set_ylabel("hyperplanes that cut the data")
+    b.set_title("(b) random ReLU hyperplanes")
+    b.legend(loc="upper center", ncol=2)
     return fig
 
 
 def plot_kernel_movement(result: Result):
-    """``||K_T - K_0||_F / ||K_0||_F`` versus width for GD (solid) and Adam (dashed), and the
-    deviation at initialisation ``||K_0 - K||_F / ||K||_F`` (dotted), with a ``1/sqrt(m)`` line."""
+    """``||K_T - K_0||_F / ||K_0||_F`` versus width for GD (solid) and Adam (dashed, where the Adam
+    line ran), with a ``1/sqrt(m)`` line. Widths at which the kernel did not move at all (no
+    activation pattern changed) cannot be drawn on a log axis and are left out."""
     tasks = list(result.config["tasks"])
-    widths = np.asarray(result["widths"])
-    fig, axes = new_figure(len(tasks), 1, width=3.3 * len(tasks), height=3.3, sharey=True)
-    axes = np.atleast_1d(axes)
-    has_adam = "adam_kernel_move" in result["table"][f"{tasks[0]}/{result.config['models'][0]}"]["points"][str(widths[0])]
+    fig, axes = _panel_grid(len(tasks), height=3.4, sharey=True)
     for ax, task in zip(axes, tasks):
         for model in result.config["models"]:
             st = MODEL_STYLE[model]
-            mu, sd = _stat(result, task, model, "kernel_move_T", widths)
-            ax.errorbar(widths, mu, yerr=sd, capsize=3, lw=1.3, ms=4, color=st["color"], marker=st["marker"],
-                        label=f"{result['models'][model]}, GD")
-            if has_adam:
-                mu, sd = _stat(result, task, model, "adam_kernel_move", widths)
-                ax.errorbar(widths, mu, yerr=sd, capsize=3, lw=1, ms=4, ls="--", mfc="none",
-                            color=st["color"], marker=st["marker"], label=f"{result['models'][model]}, Adam")
-        ref = 1.0 / np.sqrt(widths)
-        ax.loglog(widths, ref, "k:", lw=0.9, label=r"$1/\sqrt{m}$")
-        _width_axis(ax, widths)
-        ax.set_title(result["tasks"][task], fontsize=9)
+            lines = [("kernel_move_T", "gd", "-", st["color"], "GD")]
+            if task in result.config["adam_tasks"]:
+                lines.append(("kernel_move", "adam", "--", "white", "Adam"))
+            for key, line, ls, mfc, name in lines:
+                widths, v = _values(result, task, model, key, line)
+                mu, sd = v.mean(axis=1), v.std(axis=1)
+                ok = mu > 0
+                ax.errorbar(widths[ok], mu[ok], yerr=sd[ok], capsize=3, lw=1.3, ms=5, ls=ls, mfc=mfc,
+                            color=st["color"], marker=st["marker"], label=f"{result['models'][model]}, {name}")
+        all_w = np.asarray(result["widths"])
+        ax.loglog(all_w, 1.0 / np.sqrt(all_w), "k:", lw=1, label=r"$1/\sqrt{m}$")
+        _width_axis(ax, all_w)
+        ax.set_title(result["tasks"][task].split(" ")[0])
     axes[0].set_ylabel(r"$\|K_T - K_0\|_F / \|K_0\|_F$")
-    axes[0].legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
     return fig
 
 
 def plot_distance_vs_time(result: Result, task: str):
-    """Relative distance to the NTK predictor along training, one line per width, both models."""
+    """Relative distance to the NTK predictor along GD training, one line per width, both models."""
     widths = np.asarray(result["widths"])
     steps = np.asarray(result["snapshots"])
     models = list(result.config["models"])
-    fig, axes = new_figure(len(models), 1, width=3.3 * len(models), height=3.1, sharey=True)
-    axes = np.atleast_1d(axes)
+    fig, axes = _panel_grid(len(models), height=3.4, sharey=True)
     cmap = __import__("matplotlib").colormaps["viridis"]
     for ax, model in zip(axes, models):
         rms = result[f"{task}/{model}/ntk_rms"][:-1]
         for i, m in enumerate(widths):
+            if str(m) not in result["table"][f"{task}/{model}"]["points"]:
+                continue  # this width was run for the other model only
             d = result[f"{task}/{model}/m={m}/dist_test"].mean(axis=0)
             ok = (steps > 0) & (rms > 0)
             ax.loglog(steps[ok], d[ok] / rms[ok], "o-", ms=3, color=cmap(i / max(len(widths) - 1, 1)), label=f"m = {m}")
-        ax.set_title(f"{result['models'][model]}: {result['tasks'][task]}", fontsize=9)
-        ax.set_xlabel("GD step $k$ (time $t = k\\,\\mathrm{lr}$)")
-    axes[0].set_ylabel(r"$\|f_m - f_{NTK}\|$ / RMS$(f_{NTK})$")
-    axes[0].legend(fontsize=7)
+        ax.set_title(f"{result['models'][model]}, {result['tasks'][task].split(' ')[0]}")
+        ax.set_xlabel("GD step $k$")
+    axes[0].set_ylabel(r"distance / RMS$(f_{NTK})$")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center")
     return fig
