@@ -32,6 +32,7 @@ scaled embedding; ``L = n_layers``: the output of the last layer before the fina
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Mapping
 
@@ -318,35 +319,35 @@ def logits(params, cfg: GemmaConfig, ids) -> jax.Array:
     return jnp.matmul(hidden(params, cfg, ids), params["embed"].T, precision=jax.lax.Precision.HIGHEST)
 
 
-def greedy_generate(params, cfg: GemmaConfig, ids, n_new: int) -> list[int]:
-    """Greedy continuation of ``ids`` by ``n_new`` tokens (recomputes the prefix each step; meant
-    for a few tokens).  The sequence is padded to a fixed length so one compilation serves all steps."""
-    ids = [int(i) for i in np.asarray(ids)]
-    T0 = len(ids)
+def greedy_generate(params, cfg: GemmaConfig, ids, n_new: int) -> np.ndarray:
+    """Greedy continuation by ``n_new`` tokens of ``ids`` (T,) or of a batch of equal-length
+    sequences (B, T); returns the new ids, (n_new,) or (B, n_new).
+
+    Each step reruns the whole sequence (no key/value cache: meant for a few tokens); the buffer has
+    a fixed length ``T + n_new`` so one compilation serves every step (causal attention: the
+    not-yet-filled positions do not influence earlier ones)."""
+    ids = np.asarray(ids)
+    single = ids.ndim == 1
+    ids = ids[None] if single else ids
+    if ids.ndim != 2:
+        raise ValueError(f"ids must be (T,) or (B, T), got shape {ids.shape}")
+    B, T0 = ids.shape
     total = T0 + n_new
     _check_ids(cfg, np.zeros(total, np.int32))
-    f = _greedy_step_fn(cfg, total)
-    out = []
-    buf = np.zeros(total, np.int32)
-    buf[:T0] = ids
+    step = _greedy_step_fn(cfg)
+    buf = np.zeros((B, total), np.int32)
+    buf[:, :T0] = ids
     for s in range(n_new):
-        nxt = int(f(params, jnp.asarray(buf), T0 + s - 1))
-        buf[T0 + s] = nxt
-        out.append(nxt)
-    return out
+        buf[:, T0 + s] = np.asarray(step(params, jnp.asarray(buf), T0 + s - 1))
+    out = buf[:, T0:]
+    return out[0] if single else out
 
 
-_GREEDY_CACHE: dict = {}
+@functools.lru_cache(maxsize=8)
+def _greedy_step_fn(cfg: GemmaConfig):
+    def one(params, seq, pos):
+        h = hidden(params, cfg, seq)
+        row = jax.lax.dynamic_index_in_dim(h, pos, keepdims=False)
+        return jnp.argmax(jnp.matmul(params["embed"], row, precision=jax.lax.Precision.HIGHEST))
 
-
-def _greedy_step_fn(cfg: GemmaConfig, total: int):
-    key = (cfg, total)
-    if key not in _GREEDY_CACHE:
-        @jax.jit
-        def step(params, buf, pos):
-            # causal attention: positions after `pos` do not influence position `pos`
-            h = hidden(params, cfg, buf)
-            row = jax.lax.dynamic_index_in_dim(h, pos, keepdims=False)
-            return jnp.argmax(jnp.matmul(params["embed"], row, precision=jax.lax.Precision.HIGHEST))
-        _GREEDY_CACHE[key] = step
-    return _GREEDY_CACHE[key]
+    return jax.jit(jax.vmap(one, in_axes=(None, 0, None)))
