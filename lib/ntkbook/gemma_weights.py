@@ -251,6 +251,33 @@ def load_numpy(root: Path | None = None) -> tuple[GemmaConfig, dict, Path]:
     return cfg, params, folder
 
 
+def unembedding_gram_sqrt(params, root: Path | None = None) -> np.ndarray:
+    """``(U^T U)^{1/2}`` (d x d, float64) of the unembedding, cached next to the weights (keyed by the
+    weights' sha256; recomputed, with a message, when missing or not matching)."""
+    from ntkbook.gemma_entk import gram_sqrt  # noqa: PLC0415
+
+    folder = (root or cache_root()) / MODEL_DIR / FORMAT  # checked when the weights were loaded
+    manifest = json.loads((folder / "manifest.json").read_text())
+    key = manifest["files"]["embed.npy"]["sha256"]
+    path, meta = folder / "gram_sqrt.npy", folder / "gram_sqrt.json"
+    if path.exists() and meta.exists():
+        try:
+            info = json.loads(meta.read_text())
+            if info.get("embed_sha256") == key and info.get("sha256") == _sha256(path):
+                return np.load(path)
+            _log("cached G^1/2 does not match the weights or is corrupt: recomputing it")
+        except ValueError:
+            _log("cached G^1/2 metadata unreadable: recomputing it")
+    t0 = time.perf_counter()
+    Gh = gram_sqrt(np.asarray(params["embed"]))
+    _save_npy(path, Gh)
+    tmp = meta.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"embed_sha256": key, "sha256": _sha256(path)}))
+    os.replace(tmp, meta)
+    _log(f"G^1/2 = (U^T U)^1/2 computed in {time.perf_counter() - t0:.1f} s and cached")
+    return Gh
+
+
 def load(root: Path | None = None):
     """``(config, params as JAX arrays, tokenizer)`` of Gemma-3-270M (dequantised Q4_K_M)."""
     import jax  # noqa: PLC0415
