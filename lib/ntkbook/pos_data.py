@@ -18,7 +18,7 @@ used Stanza, whose models download at run time.  spaCy puts ``Mood=Ind`` only on
 VERB, for example, so the morphological tasks differ somewhat from the paper's.
 
 Stories are shuffled with ``random.Random(seed)``; from each story at most ``per_story`` candidates
-per class are drawn (at random positions, same generator) while the class still needs contexts;
+per class are drawn (at random positions, :func:`draw`) while the class still needs contexts;
 the first ``n_per_class`` kept contexts of each class are used, ordered by class.
 """
 
@@ -130,13 +130,19 @@ def model_words(nlp, prefixes: list[str], continuations: list[str]) -> list[tupl
     return res
 
 
-def draw(cands: list[Candidate], need: dict[str, int], per_story: int, rng: random.Random) -> list[Candidate]:
-    """At most ``per_story`` candidates of each class still needed, at random positions."""
+def draw(cands: list[Candidate], need: dict[str, int], per_story: int, seed: int) -> list[Candidate]:
+    """At most ``per_story`` candidates of each class still needed, at random positions.
+
+    Each (story, class) has its own generator, ``random.Random(f"{seed}-{story}-{class}")``, so the
+    draw of one class does not depend on which other classes are still needed: the contexts kept
+    for a class are, in order, the same whatever ``n_per_class`` (a smaller data set is a prefix of
+    a larger one)."""
     out = []
     for c in CLASSES:
         if need.get(c, 0) <= 0:
             continue
         pool = [x for x in cands if x.pos == c]
-        rng.shuffle(pool)
+        if pool:
+            random.Random(f"{seed}-{pool[0].story}-{c}").shuffle(pool)
         out.extend(pool[:per_story])
     return out

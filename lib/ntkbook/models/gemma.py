@@ -196,28 +196,28 @@ def _masks(T: int, window: int):
     return causal, causal & (j > i - window)
 
 
-def run_layer(lp: Mapping[str, jax.Array], h: jax.Array, cfg: GemmaConfig, is_global) -> jax.Array:
-    """One decoder layer. ``lp``: that layer's parameters (no leading layer axis); ``h`` (T, d)."""
-    T = h.shape[0]
+def _qkv(lp, x, cfg: GemmaConfig, cos, sin):
+    """Normed, rotated queries (T, H, hd) and keys (T, Hkv, hd), and values (T, Hkv, hd)."""
+    T = x.shape[0]
     hd, H, Hkv, eps = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, cfg.rms_eps
     hp = jax.lax.Precision.HIGHEST
-    x = rms_norm(h, lp["attn_norm"], eps)
     q = jnp.matmul(x, lp["q"].T, precision=hp).reshape(T, H, hd)
     k = jnp.matmul(x, lp["k"].T, precision=hp).reshape(T, Hkv, hd)
     v = jnp.matmul(x, lp["v"].T, precision=hp).reshape(T, Hkv, hd)
     q = rms_norm(q, lp["q_norm"], eps)
     k = rms_norm(k, lp["k_norm"], eps)
-    cg, sg = _rope_tables(T, hd, cfg.rope_global_base)
-    cl, sl = _rope_tables(T, hd, cfg.rope_local_base)
-    cos = jnp.where(is_global, jnp.asarray(cg, h.dtype), jnp.asarray(cl, h.dtype))
-    sin = jnp.where(is_global, jnp.asarray(sg, h.dtype), jnp.asarray(sl, h.dtype))
-    q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-    rep = H // Hkv
+    return _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
+
+
+def _attend(lp, h, q, k, v, mask, cfg: GemmaConfig):
+    """Attention of queries q (T, H, hd) over keys/values (S, Hkv, hd) with mask (T, S), then the
+    output projection, post-norm and residual add, then the MLP block.  Returns h (T, d)."""
+    T, H, hd, eps = q.shape[0], cfg.n_heads, cfg.head_dim, cfg.rms_eps
+    hp = jax.lax.Precision.HIGHEST
+    rep = H // cfg.n_kv_heads
     k = jnp.repeat(k, rep, axis=1)
     v = jnp.repeat(v, rep, axis=1)
     scores = jnp.einsum("thd,shd->hts", q, k, precision=hp) * (cfg.query_pre_attn_scalar ** -0.5)
-    causal, local = _masks(T, cfg.sliding_window)
-    mask = jnp.where(is_global, causal, local)
     scores = jnp.where(mask[None], scores, jnp.finfo(scores.dtype).min)
     w = jax.nn.softmax(scores, axis=-1)
     a = jnp.einsum("hts,shd->thd", w, v, precision=hp).reshape(T, H * hd)
@@ -228,6 +228,26 @@ def run_layer(lp: Mapping[str, jax.Array], h: jax.Array, cfg: GemmaConfig, is_gl
     u = jnp.matmul(x, lp["up"].T, precision=hp)
     m = jnp.matmul(g * u, lp["down"].T, precision=hp)
     return h + rms_norm(m, lp["post_ffn_norm"], eps)
+
+
+def _rope_for(T: int, cfg: GemmaConfig, is_global, dtype):
+    cg, sg = _rope_tables(T, cfg.head_dim, cfg.rope_global_base)
+    cl, sl = _rope_tables(T, cfg.head_dim, cfg.rope_local_base)
+    cos = jnp.where(is_global, jnp.asarray(cg, dtype), jnp.asarray(cl, dtype))
+    sin = jnp.where(is_global, jnp.asarray(sg, dtype), jnp.asarray(sl, dtype))
+    return cos, sin
+
+
+def run_layer(lp: Mapping[str, jax.Array], h: jax.Array, cfg: GemmaConfig, is_global,
+              *, return_kv: bool = False):
+    """One decoder layer. ``lp``: that layer's parameters (no leading layer axis); ``h`` (T, d).
+    With ``return_kv`` also the layer's rotated keys and values (T, Hkv, hd) (a decoding cache)."""
+    T = h.shape[0]
+    cos, sin = _rope_for(T, cfg, is_global, h.dtype)
+    q, k, v = _qkv(lp, rms_norm(h, lp["attn_norm"], cfg.rms_eps), cfg, cos, sin)
+    causal, local = _masks(T, cfg.sliding_window)
+    out = _attend(lp, h, q, k, v, jnp.where(is_global, causal, local), cfg)
+    return (out, (k, v)) if return_kv else out
 
 
 def _is_global(cfg: GemmaConfig) -> np.ndarray:
@@ -319,13 +339,50 @@ def logits(params, cfg: GemmaConfig, ids) -> jax.Array:
     return jnp.matmul(hidden(params, cfg, ids), params["embed"].T, precision=jax.lax.Precision.HIGHEST)
 
 
+def prefill(params, cfg: GemmaConfig, ids, total: int):
+    """Forward over ``ids`` (T,) keeping every layer's keys and values in caches of length ``total``.
+
+    Returns (final-normed hidden state at the last position (d,), keys, values), the caches of
+    shape (n_layers, total, Hkv, hd) with positions >= T zero."""
+    h = params["embed"][ids] * jnp.asarray(cfg.embed_scale, params["embed"].dtype)
+    flags = jnp.asarray(_is_global(cfg))
+
+    def body(h, xs):
+        lp, g = xs
+        return run_layer(lp, h, cfg, g, return_kv=True)
+
+    h, (K, V) = jax.lax.scan(body, h, (params["layers"], flags))
+    pad = ((0, 0), (0, total - ids.shape[0]), (0, 0), (0, 0))
+    return rms_norm(h[-1], params["final_norm"], cfg.rms_eps), jnp.pad(K, pad), jnp.pad(V, pad)
+
+
+def decode_step(params, cfg: GemmaConfig, token, pos, K, V):
+    """One token at position ``pos`` given the caches (filled below ``pos``): returns the
+    final-normed hidden state (d,) and the caches with position ``pos`` written."""
+    total = K.shape[1]
+    h = (params["embed"][token] * jnp.asarray(cfg.embed_scale, params["embed"].dtype))[None]
+    flags = jnp.asarray(_is_global(cfg))
+    j = jnp.arange(total)
+
+    def body(h, xs):
+        lp, g, kc, vc = xs
+        cos, sin = _rope_for(total, cfg, g, h.dtype)
+        cos = jax.lax.dynamic_slice_in_dim(cos, pos, 1)
+        sin = jax.lax.dynamic_slice_in_dim(sin, pos, 1)
+        q, k, v = _qkv(lp, rms_norm(h, lp["attn_norm"], cfg.rms_eps), cfg, cos, sin)
+        kc = jax.lax.dynamic_update_slice_in_dim(kc, k, pos, 0)
+        vc = jax.lax.dynamic_update_slice_in_dim(vc, v, pos, 0)
+        mask = (j <= pos) & (g | (j > pos - cfg.sliding_window))
+        return _attend(lp, h, q, kc, vc, mask[None], cfg), (kc, vc)
+
+    h, (K, V) = jax.lax.scan(body, h, (params["layers"], flags, K, V))
+    return rms_norm(h[0], params["final_norm"], cfg.rms_eps), K, V
+
+
 def greedy_generate(params, cfg: GemmaConfig, ids, n_new: int) -> np.ndarray:
     """Greedy continuation by ``n_new`` tokens of ``ids`` (T,) or of a batch of equal-length
-    sequences (B, T); returns the new ids, (n_new,) or (B, n_new).
-
-    Each step reruns the whole sequence (no key/value cache: meant for a few tokens); the buffer has
-    a fixed length ``T + n_new`` so one compilation serves every step (causal attention: the
-    not-yet-filled positions do not influence earlier ones)."""
+    sequences (B, T); returns the new ids, (n_new,) or (B, n_new).  One forward over the prompt
+    keeps the keys and values of every layer; each new token then costs one position."""
     ids = np.asarray(ids)
     single = ids.ndim == 1
     ids = ids[None] if single else ids
@@ -334,20 +391,35 @@ def greedy_generate(params, cfg: GemmaConfig, ids, n_new: int) -> np.ndarray:
     B, T0 = ids.shape
     total = T0 + n_new
     _check_ids(cfg, np.zeros(total, np.int32))
-    step = _greedy_step_fn(cfg)
-    buf = np.zeros((B, total), np.int32)
-    buf[:, :T0] = ids
-    for s in range(n_new):
-        buf[:, T0 + s] = np.asarray(step(params, jnp.asarray(buf), T0 + s - 1))
-    out = buf[:, T0:]
+    first, step = _greedy_fns(cfg, total)
+    tok, K, V = first(params, jnp.asarray(ids))
+    out = [np.asarray(tok)]
+    for s in range(1, n_new):
+        tok, K, V = step(params, tok, T0 + s - 1, K, V)
+        out.append(np.asarray(tok))
+    out = np.stack(out, 1)
     return out[0] if single else out
 
 
 @functools.lru_cache(maxsize=8)
-def _greedy_step_fn(cfg: GemmaConfig):
-    def one(params, seq, pos):
-        h = hidden(params, cfg, seq)
-        row = jax.lax.dynamic_index_in_dim(h, pos, keepdims=False)
-        return jnp.argmax(jnp.matmul(params["embed"], row, precision=jax.lax.Precision.HIGHEST))
+def _greedy_fns(cfg: GemmaConfig, total: int):
+    hp = jax.lax.Precision.HIGHEST
 
-    return jax.jit(jax.vmap(one, in_axes=(None, 0, None)))
+    def first(params, ids):
+        f, K, V = prefill(params, cfg, ids, total)
+        return jnp.argmax(jnp.matmul(params["embed"], f, precision=hp)), K, V
+
+    def step(params, tok, pos, K, V):
+        f, K, V = decode_step(params, cfg, tok, pos, K, V)
+        return jnp.argmax(jnp.matmul(params["embed"], f, precision=hp)), K, V
+
+    return (jax.jit(jax.vmap(first, in_axes=(None, 0))),
+            jax.jit(jax.vmap(step, in_axes=(None, 0, None, 0, 0))))
+
+
+def greedy_generate_uncached(params, cfg: GemmaConfig, ids, n_new: int) -> np.ndarray:
+    """Reference for tests: greedy continuation rerunning the whole sequence at every step."""
+    ids = [int(i) for i in np.asarray(ids)]
+    for _ in range(n_new):
+        ids.append(int(jnp.argmax(logits(params, cfg, jnp.asarray(ids))[-1])))
+    return np.asarray(ids[-n_new:])
