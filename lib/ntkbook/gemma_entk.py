@@ -28,6 +28,7 @@ author's notebook uses the transposed ``(d, N)`` layout, which changes no eigenv
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Sequence
 
@@ -108,14 +109,9 @@ def compute_residuals(params, cfg: G.GemmaConfig, contexts, L: int, *, batch: in
     return np.concatenate(out)
 
 
-_FN_CACHE: dict = {}
-
-
+@functools.lru_cache(maxsize=32)
 def _residual_fn(cfg, L):
-    key = ("res", cfg, L)
-    if key not in _FN_CACHE:
-        _FN_CACHE[key] = jax.jit(jax.vmap(lambda p, ids: G.residual(p, cfg, ids, L), in_axes=(None, 0)))
-    return _FN_CACHE[key]
+    return jax.jit(jax.vmap(lambda p, ids: G.residual(p, cfg, ids, L), in_axes=(None, 0)))
 
 
 @dataclasses.dataclass
