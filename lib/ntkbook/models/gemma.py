@@ -420,6 +420,7 @@ def _greedy_fns(cfg: GemmaConfig, total: int):
 def greedy_generate_uncached(params, cfg: GemmaConfig, ids, n_new: int) -> np.ndarray:
     """Reference for tests: greedy continuation rerunning the whole sequence at every step."""
     ids = [int(i) for i in np.asarray(ids)]
+    last = jax.jit(lambda p, x: jnp.argmax(logits(p, cfg, x)[-1]))
     for _ in range(n_new):
-        ids.append(int(jnp.argmax(logits(params, cfg, jnp.asarray(ids))[-1])))
+        ids.append(int(last(params, jnp.asarray(ids))))
     return np.asarray(ids[-n_new:])
