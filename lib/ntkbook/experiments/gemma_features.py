@@ -183,6 +183,12 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     from ntkbook.eig import check_symmetric, lanczos_topk  # noqa: PLC0415
 
     points = points or PointStore(None)
+    from ntkbook.models.gemma import GemmaConfig  # noqa: PLC0415
+
+    n_layers = GemmaConfig().n_layers  # Gemma-3-270M; checked again against the loaded weights
+    for L, _ps in points_of(config):
+        if not 0 <= L < n_layers:
+            raise ValueError(f"layer {L} out of range: Gemma-3-270M has layers 0..{n_layers - 1}")
     if config.n_per_class > config.data_n_per_class:
         raise ValueError(f"n_per_class ({config.n_per_class}) exceeds the data set's data_n_per_class "
                          f"({config.data_n_per_class})")
