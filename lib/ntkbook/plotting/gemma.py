@@ -92,13 +92,14 @@ def plot_mode_scatter(result, layer: int = 16, param_set: str = "down_proj", mod
     return fig
 
 
-def plot_layer_sweep(result, metric: str = "auroc"):
-    """Macro ``metric`` over the parts of speech by layer, eNTK (down_proj) vs PCA; whole-layer
-    points where computed."""
+def plot_layer_sweep(points: list[dict], metric: str = "auroc"):
+    """Macro ``metric`` over the parts of speech by layer, eNTK (down_proj) vs PCA, and the eNTK of
+    the whole layer where computed.  ``points``: summary rows of ``gemma_features`` results
+    (``result["points"]``, possibly of several results)."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    pts = sorted((p for p in result["points"] if p["param_set"] == "down_proj"), key=lambda p: p["layer"])
-    whole = [p for p in result["points"] if p["param_set"] == "layer"]
+    pts = sorted((p for p in points if p["param_set"] == "down_proj"), key=lambda p: p["layer"])
+    whole = sorted((p for p in points if p["param_set"] == "layer"), key=lambda p: p["layer"])
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     L = [p["layer"] for p in pts]
     ax.plot(L, [p[f"pos_entk_{metric}"] for p in pts], "o-", label="eNTK (down_proj)")
@@ -107,6 +108,7 @@ def plot_layer_sweep(result, metric: str = "auroc"):
         ax.plot([p["layer"] for p in whole], [p[f"pos_entk_{metric}"] for p in whole], "*", ms=12,
                 label="eNTK (whole layer)")
     ax.set_xlabel("layer", fontsize=11)
+    ax.set_xticks(sorted({p["layer"] for p in points}))
     ax.set_ylabel(f"macro {metric.upper()} (parts of speech)", fontsize=11)
     ax.legend(fontsize=10)
     _style(ax)
