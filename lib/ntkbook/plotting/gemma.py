@@ -68,22 +68,23 @@ def plot_tasks(rows: list[dict], title: str, metric: str = "auroc"):
     return fig
 
 
-def plot_mode_scatter(result, layer: int = 16, param_set: str = "down_proj", modes=(0, 1)):
-    """Contexts in the plane of two eNTK modes (left) and two principal components (right), by class."""
+def plot_mode_scatter(result, layer: int = 16, param_set: str = "down_proj", modes=(0, 1), pcs=(0, 1)):
+    """Contexts in the plane of two eNTK modes (left) and two principal components (right), by class
+    (``modes`` and ``pcs``: zero-based indices)."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     tag = f"L{layer}_{param_set}"
     labels = np.asarray(result["labels"])
     classes = result["classes"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-    for ax, key, name in ((axes[0], "entk_scores", "eNTK mode"), (axes[1], "pca_scores", "PC")):
+    for ax, key, name, ij in ((axes[0], "entk_scores", "eNTK mode", modes), (axes[1], "pca_scores", "PC", pcs)):
         sc = np.asarray(result[f"{tag}/{key}"])
         for c, cname in enumerate(classes):
             m = labels == c
-            ax.scatter(sc[modes[0], m], sc[modes[1], m], s=14, alpha=0.75, color=CLASS_COLORS.get(cname),
+            ax.scatter(sc[ij[0], m], sc[ij[1], m], s=14, alpha=0.75, color=CLASS_COLORS.get(cname),
                        label=cname)
-        ax.set_xlabel(f"{name} {modes[0] + 1}", fontsize=11)
-        ax.set_ylabel(f"{name} {modes[1] + 1}", fontsize=11)
+        ax.set_xlabel(f"{name} {ij[0] + 1}", fontsize=11)
+        ax.set_ylabel(f"{name} {ij[1] + 1}", fontsize=11)
         _style(ax)
     axes[0].set_title("(a) eNTK mode scores", fontsize=11)
     axes[1].set_title("(b) PCA scores", fontsize=11)
