@@ -1,0 +1,259 @@
+r"""The reduced layer-wise eNTK of a Gemma decoder, matrix-free, from stored residual streams.
+
+Setting (Paper B's Gemma experiment).  Contexts ``x_1..x_N`` (token ids, length T); the output of
+the model on context ``n`` is the final-normed hidden state at the last position,
+``f_n in R^d``; the parameters ``theta`` are a subset of one layer ``L`` (by default only its MLP
+down-projection, as in the author's notebook).  With ``J_r`` the ``(N d) x P`` Jacobian of
+``(f_1..f_N)`` with respect to ``theta``, the *reduced* kernel is ``K_r = J_r J_r^T`` and the
+operator whose top eigenvectors the paper studies is
+
+    K~ = S^{1/2} K_r S^{1/2},      S = I_N (x) G,   G = U^T U   (d x d),
+
+with ``U`` (V x d) the unembedding.  Because the logits are ``z_n = U f_n``, the eNTK of all
+``N V`` logits is ``(I (x) U) K_r (I (x) U^T)`` and has the same nonzero spectrum as ``K~`` (the
+chapter derives it; :func:`logit_kernel_dense` lets the tests check it).
+
+Products are matrix-free: ``K~ w = S^{1/2} J_r (J_r^T (S^{1/2} w))``, one vector-Jacobian product
+(summed over chunks of contexts) and one Jacobian-vector product (per chunk), each running only
+layers ``L..end`` from the stored residual stream entering layer ``L``
+(:func:`ntkbook.models.gemma.forward_from`).  Memory is bounded by the chunk size.  The contexts of
+a chunk are sharded over all local devices with :mod:`jax.sharding` (a 1-D mesh over the context
+axis; XLA's SPMD partitioner inserts the all-reduce of the VJP's sum), so the same code runs on one
+CPU, several forced host devices or a GPU.
+
+Vector layout: a vector of the ``N d`` space is flat with index ``n d + c`` (context-major); the
+author's notebook uses the transposed ``(d, N)`` layout, which changes no eigenvalue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Callable, Sequence
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ntkbook.models import gemma as G
+
+__all__ = [
+    "PARAM_SETS",
+    "gram_sqrt",
+    "compute_residuals",
+    "LayerOperator",
+    "layer_operator",
+    "mode_scores",
+    "jacobian_dense",
+    "logit_kernel_dense",
+]
+
+#: named parameter choices at a layer: the author's (down-projection only) and the whole layer
+PARAM_SETS: dict[str, tuple[str, ...]] = {"down_proj": ("down",), "layer": G.LAYER_KEYS}
+
+
+def _param_keys(param_set: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(param_set, str):
+        if param_set not in PARAM_SETS:
+            raise ValueError(f"unknown parameter set {param_set!r}; use one of {sorted(PARAM_SETS)} "
+                             f"or a tuple of layer keys from {G.LAYER_KEYS}")
+        return PARAM_SETS[param_set]
+    keys = tuple(param_set)
+    bad = [k for k in keys if k not in G.LAYER_KEYS]
+    if bad or not keys:
+        raise ValueError(f"unknown layer parameters {bad}; choose from {G.LAYER_KEYS}")
+    return keys
+
+
+def gram_sqrt(unembed, *, block: int = 16384) -> np.ndarray:
+    """``G^{1/2}`` for ``G = U^T U`` (float64, d x d), ``U`` (V, d); negative round-off eigenvalues
+    are clamped to zero.  Accumulated over blocks of rows (the full float64 ``U`` is not formed)."""
+    U = np.asarray(unembed)
+    if U.ndim != 2:
+        raise ValueError(f"unembedding must be (V, d), got shape {U.shape}")
+    d = U.shape[1]
+    Gm = np.zeros((d, d))
+    for s in range(0, U.shape[0], block):
+        b = U[s:s + block].astype(np.float64)
+        Gm += b.T @ b
+    w, V = np.linalg.eigh(Gm)
+    return (V * np.sqrt(np.clip(w, 0.0, None))) @ V.T
+
+
+def _rest(params):
+    """What ``forward_from`` needs (not the embedding, which would only be copied around)."""
+    return {"layers": params["layers"], "final_norm": params["final_norm"]}
+
+
+def compute_residuals(params, cfg: G.GemmaConfig, contexts, L: int, *, batch: int = 16,
+                      progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Residual streams entering layer ``L`` for each context: ``(N, T, d)`` float32 numpy.
+
+    ``contexts``: ``(N, T)`` integer token ids.
+    """
+    contexts = np.asarray(contexts)
+    if contexts.ndim != 2:
+        raise ValueError(f"contexts must be (N, T) token ids, got shape {contexts.shape}")
+    G._check_layer(cfg, L)
+    G._check_ids(cfg, contexts[0])
+    fn = _residual_fn(cfg, L)
+    sub = {"embed": params["embed"], "layers": params["layers"]}
+    out = []
+    for s in range(0, len(contexts), batch):
+        out.append(np.asarray(fn(sub, jnp.asarray(contexts[s:s + batch]))))
+        if progress is not None:
+            progress(len(out[-1]))
+    return np.concatenate(out)
+
+
+@functools.lru_cache(maxsize=32)
+def _residual_fn(cfg, L):
+    return jax.jit(jax.vmap(lambda p, ids: G.residual(p, cfg, ids, L), in_axes=(None, 0)))
+
+
+@dataclasses.dataclass
+class LayerOperator:
+    """``w -> K~ w`` (or ``K_r w`` without the Gram factor) on flat vectors of length ``N d``.
+
+    Attributes: ``dim`` (= N d), ``N``, ``d``, ``dtype`` (float64: vectors in and out), ``num_params``
+    (P, the parameters differentiated), ``layer``, ``param_keys``, ``chunk`` (contexts per chunk),
+    ``devices`` (number of devices the chunk is sharded over).
+    """
+
+    fn: Callable
+    dim: int
+    N: int
+    d: int
+    num_params: int
+    layer: int
+    param_keys: tuple[str, ...]
+    chunk: int
+    devices: int
+    dtype: object = np.float64
+    num_products: int = 0
+
+    def __call__(self, w):
+        w = np.asarray(w, dtype=np.float64)
+        if w.shape != (self.dim,):
+            raise ValueError(f"expected a vector of shape ({self.dim},), got {w.shape}")
+        self.num_products += 1
+        return self.fn(w)
+
+
+def layer_operator(params, cfg: G.GemmaConfig, residuals, L: int, *,
+                   param_set: str | Sequence[str] = "down_proj", gram_half: np.ndarray | None = None,
+                   chunk: int = 16, devices: Sequence[jax.Device] | None = None) -> LayerOperator:
+    """The matrix-free operator ``S^{1/2} K_r S^{1/2}`` at layer ``L`` (``K_r`` if ``gram_half`` is None).
+
+    Args:
+      params, cfg: the model (:mod:`ntkbook.models.gemma`).
+      residuals: ``(N, T, d)`` residual streams entering layer ``L`` (:func:`compute_residuals`).
+      L: the layer (0 <= L < n_layers).
+      param_set: ``"down_proj"`` (the author's choice), ``"layer"`` (every parameter of layer L) or a
+        tuple of layer keys.
+      gram_half: ``G^{1/2}`` (d x d) from :func:`gram_sqrt`, or None for the plain reduced kernel.
+      chunk: contexts per VJP/JVP call (rounded up to a multiple of the number of devices).
+      devices: devices to shard contexts over (default: all local devices).
+    """
+    L = G._check_layer(cfg, L, allow_end=False)
+    keys = _param_keys(param_set)
+    h = np.asarray(residuals)
+    if h.ndim != 3 or h.shape[2] != cfg.d_model:
+        raise ValueError(f"residuals must be (N, T, {cfg.d_model}), got {h.shape}")
+    N, T, d = h.shape
+    if T > cfg.max_context:
+        raise ValueError(f"contexts of {T} tokens exceed the model's window of {cfg.max_context}")
+    devices = list(devices if devices is not None else jax.local_devices())
+    ndev = len(devices)
+    chunk = int(math.ceil(max(1, min(chunk, N)) / ndev) * ndev)
+    n_chunks = int(math.ceil(N / chunk))
+    pad = n_chunks * chunk - N
+    cdtype = params["layers"]["down"].dtype
+    mesh = Mesh(np.array(devices), ("ctx",))
+    shard, repl = NamedSharding(mesh, P("ctx")), NamedSharding(mesh, P())
+    hp = np.concatenate([h, np.zeros((pad, T, d), h.dtype)]).astype(cdtype)
+    h_chunks = [jax.device_put(hp[i * chunk:(i + 1) * chunk], shard) for i in range(n_chunks)]
+    rest = jax.device_put(_rest(params), repl)
+    theta = jax.device_put({k: params["layers"][k][L] for k in keys}, repl)
+    P_count = int(sum(np.prod(v.shape) for v in theta.values()))
+    Gh = None if gram_half is None else np.asarray(gram_half, np.float64)
+    if Gh is not None and Gh.shape != (d, d):
+        raise ValueError(f"gram_half must be ({d}, {d}), got {Gh.shape}")
+
+    def F(th, rest, hb):
+        return jax.vmap(lambda x: G.forward_from(rest, cfg, x, L, layer_L=th)[-1])(hb)
+
+    @jax.jit
+    def vjp_chunk(th, rest, hb, zb):
+        return jax.vjp(lambda t: F(t, rest, hb), th)[1](zb)[0]
+
+    @jax.jit
+    def jvp_chunk(th, rest, hb, u):
+        return jax.jvp(lambda t: F(t, rest, hb), (th,), (u,))[1]
+
+    def fn(w):
+        z = w.reshape(N, d)
+        if Gh is not None:
+            z = z @ Gh
+        z = np.concatenate([z, np.zeros((pad, d))]).astype(cdtype)
+        u = None
+        for i, hb in enumerate(h_chunks):
+            g = vjp_chunk(theta, rest, hb, jax.device_put(z[i * chunk:(i + 1) * chunk], shard))
+            u = g if u is None else jax.tree_util.tree_map(jnp.add, u, g)
+        u = jax.device_put(u, repl)
+        t = np.concatenate([np.asarray(jvp_chunk(theta, rest, hb, u), np.float64) for hb in h_chunks])[:N]
+        if Gh is not None:
+            t = t @ Gh
+        return t.reshape(-1)
+
+    return LayerOperator(fn=fn, dim=N * d, N=N, d=d, num_params=P_count, layer=L, param_keys=keys,
+                         chunk=chunk, devices=ndev)
+
+
+def mode_scores(eigenvectors: np.ndarray, N: int, d: int) -> np.ndarray:
+    """Per-context score of each mode: ``(k, N)``.
+
+    A mode ``v`` (length N d) is reshaped to ``(N, d)``; its score on context n is the n-th entry of
+    the top left singular vector times the top singular value (the best rank-one summary
+    ``v ~ s a b^T``; the sign is arbitrary and chosen later on training data).
+    ``eigenvectors``: ``(N d, k)`` columns.
+    """
+    V = np.asarray(eigenvectors, np.float64)
+    out = np.empty((V.shape[1], N))
+    for i in range(V.shape[1]):
+        M = V[:, i].reshape(N, d)
+        Uu, s, _ = np.linalg.svd(M, full_matrices=False)
+        out[i] = Uu[:, 0] * s[0]
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# dense references (small models only: tests and the chapter's numerical check)
+# --------------------------------------------------------------------------------------------------
+def jacobian_dense(params, cfg: G.GemmaConfig, residuals, L: int, param_set="down_proj") -> np.ndarray:
+    """``J_r``: ``(N d, P)`` Jacobian of the last-position outputs w.r.t. the chosen parameters of
+    layer ``L`` (reverse mode, every output row; for tiny models)."""
+    keys = _param_keys(param_set)
+    theta = {k: params["layers"][k][L] for k in keys}
+    flat0, unravel = jax.flatten_util.ravel_pytree(theta)
+    rest = _rest(params)
+    h = jnp.asarray(residuals)
+
+    def F(vec):
+        th = unravel(vec)
+        return jax.vmap(lambda x: G.forward_from(rest, cfg, x, L, layer_L=th)[-1])(h).reshape(-1)
+
+    return np.asarray(jax.jacrev(F)(flat0))
+
+
+def logit_kernel_dense(J: np.ndarray, unembed: np.ndarray) -> np.ndarray:
+    """The eNTK of all ``N V`` logits, ``(I_N (x) U) J J^T (I_N (x) U^T)``, dense ``(N V, N V)``."""
+    U = np.asarray(unembed, np.float64)
+    V_, d = U.shape
+    N = J.shape[0] // d
+    JL = np.einsum("vd,ndp->nvp", U, np.asarray(J, np.float64).reshape(N, d, -1)).reshape(N * V_, -1)
+    return JL @ JL.T
+

