@@ -329,3 +329,59 @@ def test_smoke_experiment(smoke):
     assert {r["claim"] for r in rows} == {"B.tf.grokking", "B.tf.key_freqs", "B.tf.attn_axis_sum",
                                           "B.tf.out_sum", "B.tf.replay", "B.tf.dynamics"}
     assert all(r["verdict"] in ("reproduces", "partly", "does not") for r in rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# the chapter: the reader-side conventions of tests/test_book.py, applied to this chapter too
+# --------------------------------------------------------------------------------------------------
+CHAPTER = "book/modular_transformer.md"
+
+
+def test_chapter_opens_with_run_box_and_knobs():
+    """Visible parameters cell with knobs, run box and provenance line in the first shown cell,
+    no figure or table hidden in a remove-input cell (the check of the reader chapters)."""
+    import test_book
+
+    test_book.test_reader_chapters_open_with_run_box_and_knobs(CHAPTER)
+
+
+def test_chapter_knobs_reach_the_run():
+    """Every knob of the parameters cell is passed to ``load_or_run``, and each is a field of
+    the experiment's Config (so an override cannot be silently ignored)."""
+    import ast
+
+    import test_book
+
+    cells = [c for c in test_book._cells(CHAPTER) if c.cell_type == "code"]
+    params = next(c for c in cells if "parameters" in c.metadata.get("tags", []))
+    knobs = [t.id for node in ast.parse(params.source).body if isinstance(node, ast.Assign)
+             for t in node.targets if t.id != "scale"]
+    assert len(knobs) >= 4
+    run_cell = next(c.source for c in cells if "load_or_run(" in c.source)
+    fields = {f.name for f in dataclasses.fields(MT.Config)}
+    for k in knobs:
+        assert k in fields, f"knob {k} is not a field of modular_transformer.Config"
+        assert f"{k}={k}" in run_cell, f"knob {k} does not reach load_or_run"
+
+
+def test_figures_are_readable():
+    """Every figure of the chapter, drawn from the stored paper-scale result, keeps its smallest
+    text at 9 pt or more when scaled to the text column."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ntkbook.experiments import load_or_run
+    from ntkbook.plotting import MIN_FONT_PX, display_font_px
+    from ntkbook.plotting import transformer as PT
+
+    res = load_or_run("modular_transformer", "paper")
+    small = {}
+    for name in ("plot_training", "plot_key_power", "plot_spectra", "plot_content",
+                 "plot_eigenvectors", "plot_dynamics", "plot_lanczos"):
+        fig = getattr(PT, name)(res)
+        if display_font_px(fig) < MIN_FONT_PX:
+            small[name] = round(display_font_px(fig), 1)
+        plt.close(fig)
+    assert not small, f"text smaller than 9 pt at display size (px): {small}"
