@@ -77,6 +77,7 @@ def plot_eps_ablation(result: Result, task: str):
         ax.set_ylabel(label)
     axes[0].set_ylim(bottom=0)
     axes[1].set_ylim(-1.05, 1.05)
+    fig.suptitle(result["tasks"][task], fontsize=11)
     axes[0].legend(fontsize=9, ncol=2)
     return fig
 
