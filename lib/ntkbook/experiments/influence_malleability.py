@@ -527,8 +527,10 @@ def scorecard(result: Result) -> list[dict]:
         v, ours = "does not", "no task with both models trained"
     else:
         v = "reproduces" if all(flatter) else "partly" if sum(flatter) > len(flatter) / 2 else "does not"
-        ours = ", ".join(f"{t}: {stat(result, t, 'relu', 'hessian_top')[0]:.3g} vs "
-                         f"{stat(result, t, 'attn', 'hessian_top')[0]:.3g}" for t in lt)
+        from ntkbook.report import sci
+
+        ours = ", ".join(f"{t}: {sci(stat(result, t, 'relu', 'hessian_top')[0])} vs "
+                         f"{sci(stat(result, t, 'attn', 'hessian_top')[0])}" for t in lt)
     rows.append({"claim": "A.landscape", "ours": ours, "verdict": v,
                  "note": "top Hessian eigenvalue ReLU vs Attn on tasks where both trained; "
                          "attention flatter on all reproduces, on most partly"})
