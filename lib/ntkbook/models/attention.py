@@ -197,3 +197,58 @@ def span_coordinates(*arrays, rtol: float = 1e-12):
     keep = s > rtol * s[0]
     Q = vt[keep].T
     return [np.asarray(a, dtype=np.float64) @ Q for a in arrays], Q
+
+
+# --------------------------------------------------------------------------------------------------
+# multi-output heads and a differentiable input map (used by the influence chapter)
+# --------------------------------------------------------------------------------------------------
+def init_heads(key, d: int, m: int, C: int, *, dtype=jnp.float32):
+    r"""Parameters ``{"W": (m, d), "a": (m, C)}`` of the ``C``-output network
+    :math:`f_c(x) = m^{-1/2}\sum_r a_{rc}\,\mathrm{relu}(w_r\cdot x)` with fixed heads
+    ``a_rc = +-1`` (only ``W`` trained), symmetric: rows ``m/2..m-1`` copy ``W``'s first half with
+    the opposite heads, so ``f = 0`` at initialisation. ``C = 1`` is the binary network of
+    :func:`init` (with random instead of constant head signs on the first half).
+    """
+    if m % 2:
+        raise ValueError(f"symmetric initialisation needs an even width, got m={m}")
+    if C < 1:
+        raise ValueError(f"C must be >= 1, got {C}")
+    kw, ka = jax.random.split(key)
+    W = jax.random.normal(kw, (m // 2, d), dtype)
+    A = jnp.where(jax.random.bernoulli(ka, 0.5, (m // 2, C)), 1.0, -1.0).astype(dtype)
+    return {"W": jnp.concatenate([W, W], axis=0), "a": jnp.concatenate([A, -A], axis=0)}
+
+
+def apply_heads(params, z):
+    """Outputs ``(N, C)`` of the multi-head network for inputs ``z`` ``(N, d)``."""
+    W, a = params["W"], params["a"]
+    h = jax.nn.relu(jnp.matmul(z, W.T, precision=jax.lax.Precision.HIGHEST))
+    return jnp.matmul(h, a, precision=jax.lax.Precision.HIGHEST) / jnp.sqrt(W.shape[0])
+
+
+def inputs_jax(x_context, x, *, attend: bool):
+    """Differentiable (JAX) version of :func:`transform` with ``normalize="row"``: the network
+    inputs of the rows of ``x`` ``(N, d)``, attending over ``x_context`` ``(n, d)`` when ``attend``
+    (``x X^T X``, keys and values the context), then each row divided by its l2 norm."""
+    z = jnp.matmul(jnp.matmul(x, x_context.T, precision=jax.lax.Precision.HIGHEST), x_context,
+                   precision=jax.lax.Precision.HIGHEST) if attend else x
+    return z / jnp.sqrt(jnp.sum(z * z, axis=1, keepdims=True) + jnp.finfo(z.dtype).tiny)
+
+
+def entk_W_heads(params, z1, z2=None):
+    r"""Class-diagonal block of the empirical NTK (with respect to ``W``) of the multi-head network,
+    float64 numpy ``(N1, N2)``: since ``a_rc^2 = 1`` every output has the same block
+
+    .. math:: \Theta_{cc}(z, z') = (z\cdot z')\,\frac1m\sum_r \mathbf 1[w_r\cdot z>0]\,\mathbf 1[w_r\cdot z'>0].
+
+    The off-diagonal blocks ``c != c'`` carry the factor ``a_rc a_rc'`` and are not returned.
+    """
+    W = np.asarray(params["W"], dtype=np.float64)
+    z1 = np.asarray(z1, dtype=np.float64)
+    z2 = z1 if z2 is None else np.asarray(z2, dtype=np.float64)
+    s1 = (z1 @ W.T > 0).astype(np.float64)
+    s2 = s1 if z2 is z1 else (z2 @ W.T > 0).astype(np.float64)
+    return (z1 @ z2.T) * (s1 @ s2.T) / W.shape[0]
+
+
+__all__ += ["init_heads", "apply_heads", "inputs_jax", "entk_W_heads"]
