@@ -45,7 +45,7 @@ class Config:
     n_train: int = 500
     n_test: int = 400
     width: int = 256
-    epochs: int = 200
+    epochs: int = 150
     lr: float = 1e-2
     batch: int = 128
     l2: float = 0.0
@@ -238,4 +238,4 @@ def scorecard(result: Result) -> list[dict]:
         some.append(a - s > 2 * max(ss, sa, 1e-9))
     v = "reproduces" if all(strong) else "partly" if any(some) else "does not"
     return [{"claim": "A.advtrain", "ours": "ReLU PGD flip rate " + ", ".join(parts), "verdict": v,
-             "note": "standard vs PGD-10 adversarial training (width 256, 200 epochs), mean of seeds"}]
+             "note": "standard vs PGD-10 adversarial training (width 256, 150 epochs), mean of seeds"}]

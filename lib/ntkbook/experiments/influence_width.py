@@ -27,7 +27,7 @@ VERSION = "1"
 class Config:
     tasks: tuple[str, ...] = ("mnist_3v8",)
     models: tuple[str, ...] = ("relu", "attn")
-    widths: tuple[int, ...] = (64, 256, 1024, 4096)
+    widths: tuple[int, ...] = (64, 256, 1024, 2048)
     seeds: tuple[int, ...] = (0, 1, 2)
     attacks: tuple[str, ...] = ("fgsm", "pgd")
     n_train: int = 500
