@@ -60,7 +60,7 @@ class Config:
 
     @classmethod
     def smoke(cls) -> "Config":
-        return cls(tasks=("mnist10",), seeds=(0,), n_train=100, n_test=100, width=64, epochs=40,
+        return cls(tasks=("mnist10",), seeds=(0,), n_train=100, n_test=100, width=64, epochs=20,
                    batch=32, pgd_train_steps=3, pgd_train_step_size=0.15, pgd_steps=10,
                    pgd_step_size=0.04)
 

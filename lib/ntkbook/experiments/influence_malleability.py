@@ -130,7 +130,7 @@ class Config:
 
     @classmethod
     def smoke(cls) -> "Config":
-        return cls(tasks=("mnist10", "mnist_3v8"), seeds=(0,), n_train=100, n_test=100, width=64,
+        return cls(tasks=("mnist10",), seeds=(0,), n_train=100, n_test=100, width=64,
                    epochs=40, batch=32, pgd_steps=10, pgd_step_size=0.04, mim_steps=5,
                    ablation_eps=(0.1, 0.3), landscape_points=11, landscape_grid=7, hessian_steps=12)
 
