@@ -113,3 +113,25 @@ def test_bad_input():
         I.flip_rate(np.array([1.0, np.nan]), np.ones(2))
     with pytest.raises(ValueError, match="fraction"):
         I.top_indices(np.ones(3), 0.0)
+
+
+def test_experiment_pipeline_fixed_points(data_dir):
+    """Theory fixes two outcomes of the chapter's pipeline: an attack of radius 0 changes nothing
+    (flip rate 0, Spearman 1, for both models), and removing nothing is the identity."""
+    import dataclasses
+
+    from ntkbook.experiments import influence_malleability as IM
+
+    cfg = dataclasses.replace(IM.Config.smoke(), eps=0.0, n_train=40, n_test=40, epochs=5,
+                              interventions=("adversarial", "transformed"), pgd_steps=2, mim_steps=2)
+    data = IM.task_data("mnist_3v8", cfg.n_train, cfg.n_test)
+    xtr, ltr, xte, lte, C = data
+    for model in ("relu", "attn"):
+        ztr, _ = att.transform(xtr, xte, attend=model == "attn", normalize="row")
+        params, _ = IM.train_model(ztr, IM.targets(ltr, C), C, cfg, seed=0)
+        _, sc = IM.evaluate(params, data, model, cfg, 0, do_ablation=False)
+        for inter in ("adversarial", "transformed"):
+            for a in cfg.attacks:
+                assert sc[f"{inter}/{a}/flip"] == 0.0
+                assert sc[f"{inter}/{a}/rho"] == pytest.approx(1.0)
+                assert sc[f"{inter}/{a}/linf"] == 0.0
