@@ -238,4 +238,5 @@ def scorecard(result: Result) -> list[dict]:
         some.append(a - s > 2 * max(ss, sa, 1e-9))
     v = "reproduces" if all(strong) else "partly" if any(some) else "does not"
     return [{"claim": "A.advtrain", "ours": "ReLU PGD flip rate " + ", ".join(parts), "verdict": v,
-             "note": "standard vs PGD-10 adversarial training (width 256, 150 epochs), mean of seeds"}]
+             "note": (f"standard vs PGD-{result.config['pgd_train_steps']} adversarial training (width "
+                      f"{result.config['width']}, {result.config['epochs']} epochs), mean of seeds")}]
