@@ -115,11 +115,12 @@ def plot_landscape(result: Result, task_2d: str):
             s = result[f"{task}/{model}/slice1d"]
             t = np.linspace(-r, r, s.size)
             axes[0].plot(t, s - s[s.size // 2], color=MODEL_COLOR[model], ls=styles[ti % len(styles)],
-                         label=f"{result['models'][model]}, {task}")
+                         label=f"{result['models'][model]}, {result['tasks'][task]}")
     axes[0].set_xlabel("t (filter-normalised)")
     axes[0].set_ylabel("L(θ + t d) − L(θ)")
     axes[0].set_yscale("symlog", linthresh=1e-2)
-    axes[0].legend(fontsize=7, ncol=1)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=len(tasks),
+               fontsize=8)
     for ax, model in zip(axes[1:], ("relu", "attn")):
         s = result[f"{task_2d}/{model}/slice2d"]
         g = np.linspace(-r, r, s.shape[0])
