@@ -77,7 +77,7 @@ def plot_eps_ablation(result: Result, task: str):
         ax.set_ylabel(label)
     axes[0].set_ylim(bottom=0)
     axes[1].set_ylim(-1.05, 1.05)
-    axes[0].legend(fontsize=8, ncol=2)
+    axes[0].legend(fontsize=9, ncol=2)
     return fig
 
 
@@ -119,13 +119,12 @@ def plot_landscape(result: Result, task_2d: str):
     axes[0].set_xlabel("t (filter-normalised)")
     axes[0].set_ylabel("L(θ + t d) − L(θ)")
     axes[0].set_yscale("symlog", linthresh=1e-2)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=len(tasks),
-               fontsize=8)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=9)
     for ax, model in zip(axes[1:], ("relu", "attn")):
         s = result[f"{task_2d}/{model}/slice2d"]
         g = np.linspace(-r, r, s.shape[0])
         cs = ax.contour(g, g, s.T, levels=12, cmap="viridis")
-        ax.clabel(cs, fontsize=7, fmt="%.2g")
+        ax.clabel(cs, fontsize=9, fmt="%.2g")
         ax.plot(0, 0, "k+")
         ax.set_title(f"{result['models'][model]}, {result['tasks'][task_2d]}", fontsize=10)
         ax.set_xlabel("s (direction 1)")
@@ -151,7 +150,7 @@ def plot_width(result: Result):
         ax.set_xlabel("width m")
         ax.set_ylabel("flip rate (%)")
         ax.set_title(result["tasks"][task], fontsize=10)
-        ax.legend(fontsize=8, ncol=1, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        ax.legend(fontsize=9, ncol=1, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
 
