@@ -229,6 +229,12 @@ def scorecard(result: Result) -> list[dict]:
     tasks = [t for t in result.config["tasks"] if f"{t}/relu" in result["table"]]
     if not tasks:
         return []
+    untrained = [t for t in tasks for tag in ("standard", "adversarial")
+                 if np.any(np.asarray(result["table"][f"{t}/relu"][f"{tag}/train_acc"]) < IM.TRAINED_ACC)]
+    if untrained:
+        return [{"claim": "A.advtrain", "ours": "ReLU models not trained on " + ", ".join(sorted(set(untrained))),
+                 "verdict": "does not",
+                 "note": f"a ReLU network stayed below {IM.TRAINED_ACC:.0%} (clean) training accuracy"}]
     parts, strong, some = [], [], []
     for t in tasks:
         s, ss, _ = stat(result, t, "relu", "standard/adversarial/pgd/flip", 100)
