@@ -229,10 +229,12 @@ def scorecard(result: Result) -> list[dict]:
     tasks = [t for t in result.config["tasks"] if f"{t}/relu" in result["table"]]
     if not tasks:
         return []
-    untrained = [t for t in tasks for tag in ("standard", "adversarial")
-                 if np.any(np.asarray(result["table"][f"{t}/relu"][f"{tag}/train_acc"]) < IM.TRAINED_ACC)]
-    if untrained:
-        return [{"claim": "A.advtrain", "ours": "ReLU models not trained on " + ", ".join(sorted(set(untrained))),
+    untrained = sorted({t for t in tasks for tag in ("standard", "adversarial")
+                        if np.any(np.asarray(result["table"][f"{t}/relu"][f"{tag}/train_acc"]) < IM.TRAINED_ACC)})
+    tasks = [t for t in tasks if t not in untrained]
+    skipped = (f"; not trained (no verdict): {', '.join(untrained)}" if untrained else "")
+    if not tasks:
+        return [{"claim": "A.advtrain", "ours": "ReLU models not trained on " + ", ".join(untrained),
                  "verdict": "does not",
                  "note": f"a ReLU network stayed below {IM.TRAINED_ACC:.0%} (clean) training accuracy"}]
     parts, strong, some = [], [], []
@@ -242,7 +244,7 @@ def scorecard(result: Result) -> list[dict]:
         parts.append(f"{t}: {s:.1f} -> {a:.1f} %")
         strong.append(a >= 3 * s and a - s > 10)
         some.append(a - s > 2 * max(ss, sa, 1e-9))
-    v = "reproduces" if all(strong) else "partly" if any(some) else "does not"
-    return [{"claim": "A.advtrain", "ours": "ReLU PGD flip rate " + ", ".join(parts), "verdict": v,
+    v = "reproduces" if all(strong) and not untrained else "partly" if all(strong) or any(some) else "does not"
+    return [{"claim": "A.advtrain", "ours": "ReLU PGD flip rate " + ", ".join(parts) + skipped, "verdict": v,
              "note": (f"standard vs PGD-{result.config['pgd_train_steps']} adversarial training (width "
                       f"{result.config['width']}, {result.config['epochs']} epochs), mean of seeds")}]
