@@ -55,6 +55,26 @@ def test_every_entry_names_its_commit():
             assert "format 1 -> 2" in meta["migrations"][0]
 
 
+def test_every_recorded_commit_is_in_the_history():
+    """A result's commit must be one a reader can check out: an ancestor of the current HEAD
+    (a commit lost by a rebase would make the provenance point nowhere)."""
+    import json
+    import subprocess
+
+    repo = RESULTS.parent
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True)
+    if git("rev-parse", "HEAD").returncode != 0:
+        pytest.skip("not a git checkout")
+    if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        pytest.skip("shallow clone: the history is incomplete")
+    lost = []
+    for js in sorted(RESULTS.glob("*/*/result.json")):
+        commit = json.loads(js.read_text())["provenance"].get("git_commit")
+        if commit and git("merge-base", "--is-ancestor", commit, "HEAD").returncode != 0:
+            lost.append(f"{js.parent.relative_to(RESULTS)}: {commit}")
+    assert not lost, f"results whose commit is not in the history: {lost}"
+
+
 def test_gram_conditioning_statements():
     """Attention width chapter: G~ = G^3 on the verifiable block d <= d*, d* defined by
     kappa_d(G)^3 <= 1e12, the naive eigensolver blind beyond ~1/eps, ranks of the cube <= rank G."""
