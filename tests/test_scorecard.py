@@ -108,3 +108,11 @@ def test_catalogued_chapter_label_is_the_fallback_link():
     md = scorecard.markdown(rows, labels={"sec-influence-flip", "sec-a-flip-ratio"})
     assert "{ref}`A.flip.mnist10 <sec-influence-flip>`" in md
     assert "{ref}`A.flip.ratio <sec-a-flip-ratio>`" in md     # the sec-<id> label wins
+
+
+def test_fmt_never_prints_negative_zero():
+    from ntkbook.report import fmt
+
+    assert fmt(-0.001) == "0.00" and fmt(-0.0, ".1f") == "0.0"
+    assert fmt(-0.01) == "-0.01" and fmt(-3.2, ".1f") == "-3.2" and fmt(-1e-9, ".1e") == "-1.0e-09"
+    assert fmt(float("nan")) == "n/a" and fmt(None) == "n/a"

@@ -46,8 +46,14 @@ def sci(x: Any, digits: int = 2) -> str:
 
 
 def fmt(x: Any, spec: str = ".2f") -> str:
-    """``format(x, spec)``, or ``n/a`` for None and non-finite numbers."""
-    return "n/a" if x is None or not math.isfinite(float(x)) else format(x, spec)
+    """``format(x, spec)``, or ``n/a`` for None and non-finite numbers. A value that rounds to
+    zero prints without a sign (``0.00``, never ``-0.00``)."""
+    if x is None or not math.isfinite(float(x)):
+        return "n/a"
+    out = format(x, spec)
+    if out.startswith("-") and not any(c in "123456789" for c in out.split("e")[0]):
+        out = out[1:]
+    return out
 
 
 class MarkdownText(str):
