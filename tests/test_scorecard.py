@@ -116,3 +116,17 @@ def test_fmt_never_prints_negative_zero():
     assert fmt(-0.001) == "0.00" and fmt(-0.0, ".1f") == "0.0"
     assert fmt(-0.01) == "-0.01" and fmt(-3.2, ".1f") == "-3.2" and fmt(-1e-9, ".1e") == "-1.0e-09"
     assert fmt(float("nan")) == "n/a" and fmt(None) == "n/a"
+
+
+def test_a_stored_stand_in_config_is_used_and_named(monkeypatch):
+    """Where the paper preset is not stored, SCORECARD_FALLBACKS stand in, and the row's source
+    names the changed fields (a reduced scale is never presented as the paper's)."""
+    from ntkbook import scorecard
+    from ntkbook.experiments import gemma_features
+
+    rows = {r.claim.id: r for r in scorecard.collect(["gemma_features"])}
+    row = rows["B.gemma.pos_vs_pca"]
+    assert row.verdict != scorecard.NOT_MEASURED and "changed: n_per_class=32" in row.source
+    monkeypatch.setattr(gemma_features, "SCORECARD_FALLBACKS", ())
+    rows = {r.claim.id: r for r in scorecard.collect(["gemma_features"])}
+    assert rows["B.gemma.pos_vs_pca"].verdict == scorecard.NOT_MEASURED

@@ -218,7 +218,9 @@ def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
 def collect(experiments: Iterable[str] | None = None) -> list[Row]:
     """Rows for every catalogued claim, measured ones from the **stored** paper-scale result of
     each experiment that defines ``scorecard(result)`` (nothing is computed; a missing result
-    leaves its claims "not yet measured")."""
+    leaves its claims "not yet measured"). Where the paper preset is not stored, an experiment's
+    ``SCORECARD_FALLBACKS`` (config overrides, e.g. a smaller N the CPU could afford) are tried
+    in order; the row then names the changed fields."""
     from ntkbook.experiments import EXPERIMENTS, make_config, results_dir
     from ntkbook.store import Store
 
@@ -229,8 +231,13 @@ def collect(experiments: Iterable[str] | None = None) -> list[Row]:
         fn = getattr(module, "scorecard", None)
         if fn is None:
             continue
-        config = make_config(name, "paper")
-        if not store.has(name, module.VERSION, config):
+        # the paper preset, else the reduced configs the module names as stand-ins (their
+        # changed fields are shown in the row's source, so a reduced scale is never hidden)
+        for overrides in ({}, *getattr(module, "SCORECARD_FALLBACKS", ())):
+            config = make_config(name, "paper", **overrides)
+            if store.has(name, module.VERSION, config):
+                break
+        else:
             continue
         result = store.load(name, module.VERSION, config)
         measured.append((result, _check(fn(result), module.__name__)))
