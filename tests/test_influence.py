@@ -128,10 +128,31 @@ def test_experiment_pipeline_fixed_points(data_dir):
     xtr, ltr, xte, lte, C = data
     for model in ("relu", "attn"):
         ztr, _ = att.transform(xtr, xte, attend=model == "attn", normalize="row")
-        params, _ = IM.train_model(ztr, IM.targets(ltr, C), C, cfg, seed=0)
+        params, _ = IM.train_model(ztr, IM.targets(ltr, C), C, cfg, seed=0, model=model)
         _, sc = IM.evaluate(params, data, model, cfg, 0, do_ablation=False)
         for inter in ("adversarial", "transformed"):
             for a in cfg.attacks:
                 assert sc[f"{inter}/{a}/flip"] == 0.0
                 assert sc[f"{inter}/{a}/rho"] == pytest.approx(1.0)
                 assert sc[f"{inter}/{a}/linf"] == 0.0
+
+
+def test_train_model_recipes():
+    """MLP-Attn is trained full-batch for ``attn_steps`` steps, 2L-ReLU (and MLP-Attn when
+    ``attn_steps`` is None) for ``epochs`` epochs of mini-batches; an unknown model is refused."""
+    import dataclasses
+
+    from ntkbook.experiments import influence_malleability as IM
+
+    cfg = dataclasses.replace(IM.Config.smoke(), n_train=40, n_test=40, epochs=3, batch=16, attn_steps=7)
+    xtr, ltr, xte, lte, C = IM.task_data("mnist_3v8", cfg.n_train, cfg.n_test)
+    y = IM.targets(ltr, C)
+    z, _ = att.transform(xtr, xte, attend=True, normalize="row")
+    _, h_attn = IM.train_model(z, y, C, cfg, seed=0, model="attn")
+    _, h_relu = IM.train_model(z, y, C, cfg, seed=0, model="relu")
+    _, h_same = IM.train_model(z, y, C, dataclasses.replace(cfg, attn_steps=None), seed=0, model="attn")
+    assert h_attn["epoch"][-1] == 7
+    assert h_relu["epoch"][-1] == 3
+    np.testing.assert_allclose(h_same["loss"], h_relu["loss"])
+    with pytest.raises(ValueError, match="unknown model"):
+        IM.train_model(z, y, C, cfg, seed=0, model="mlp")

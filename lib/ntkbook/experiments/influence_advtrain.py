@@ -84,7 +84,8 @@ def _eval_config(config: Config) -> IM.Config:
         IM.Config.paper(), n_train=config.n_train, n_test=config.n_test, width=config.width,
         epochs=config.epochs, lr=config.lr, batch=config.batch, l2=config.l2, lam=config.lam,
         top_fraction=config.top_fraction, eps=config.eps, pgd_steps=config.pgd_steps,
-        pgd_step_size=config.pgd_step_size, attacks=("pgd",), interventions=("adversarial", "null"))
+        pgd_step_size=config.pgd_step_size, attacks=("pgd",), interventions=("adversarial", "null"),
+        attn_steps=None)  # both models with the mini-batch recipe, as the adversarial training
 
 
 def _batch_loss(x, params, y, ctx, *, attend: bool, C: int):
@@ -168,7 +169,7 @@ def point(data, task: str, model: str, seed: int, config: Config):
     ecfg = _eval_config(config)
     ztr, zte = att.transform(xtr, xte, attend=attend, normalize="row")
     arrays, sc = {}, {}
-    std, hist = IM.train_model(ztr, ytr, C, ecfg, seed)
+    std, hist = IM.train_model(ztr, ytr, C, ecfg, seed, model=model)
     adv, ahist = adversarial_train(xtr, ytr, C, attend, config, seed)
     arrays["adv_loss_curve"] = ahist["adv_loss"]
     arrays["std_loss_curve"] = np.asarray(hist["loss"], np.float64)

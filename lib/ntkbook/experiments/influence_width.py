@@ -63,14 +63,15 @@ def _ecfg(config: Config) -> IM.Config:
     return dataclasses.replace(IM.Config.paper(), n_train=config.n_train, n_test=config.n_test,
                                epochs=config.epochs, lr=config.lr, l2=config.l2, batch=config.batch,
                                pgd_steps=config.pgd_steps, pgd_step_size=config.pgd_step_size,
-                               attacks=config.attacks, interventions=("adversarial", "null"))
+                               attacks=config.attacks, interventions=("adversarial", "null"),
+                               attn_steps=None)  # both models with the mini-batch recipe
 
 
 def point(data, model, width, seed, config, ecfg):
     t0 = time.perf_counter()
     xtr, ltr, xte, lte, C = data
     ztr, zte = att.transform(xtr, xte, attend=(model == "attn"), normalize="row")
-    params, hist = IM.train_model(ztr, IM.targets(ltr, C), C, ecfg, seed, width=width)
+    params, hist = IM.train_model(ztr, IM.targets(ltr, C), C, ecfg, seed, width=width, model=model)
     out_tr = np.asarray(att.apply_heads(params, jnp.asarray(ztr, jnp.float32)))
     out_te = np.asarray(att.apply_heads(params, jnp.asarray(zte, jnp.float32)))
     sc = {"train_loss": float(hist["loss"][-1]), "train_acc": IM.accuracy(out_tr, ltr, C),
