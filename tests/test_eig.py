@@ -237,3 +237,27 @@ def test_lanczos_stops_on_non_finite_products_without_the_check():
 
     with pytest.raises(FloatingPointError, match="step 6: operator produced non-finite values"):
         lanczos_topk(flaky, 60, 3, check=False)
+
+
+def test_lanczos_progress_reports_slow_runs_and_changes_nothing(capsys):
+    """``progress=label`` reports the steps of a slow operator under that label (work under 2 s
+    prints nothing) and leaves the result bit-for-bit unchanged."""
+    import time
+
+    rng = np.random.default_rng(3)
+    B = rng.standard_normal((30, 30))
+    A = jnp.asarray(B @ B.T)
+
+    def slow(v):
+        time.sleep(0.12)
+        return A @ v
+
+    quiet = lanczos_topk(lambda v: A @ v, 30, 3, num_steps=20, check=False)
+    capsys.readouterr()
+    loud = lanczos_topk(slow, 30, 3, num_steps=20, check=False, progress="Lanczos test")
+    out = capsys.readouterr()
+    assert "Lanczos test" in out.out + out.err
+    np.testing.assert_array_equal(np.asarray(quiet.eigenvalues), np.asarray(loud.eigenvalues))
+    lanczos_topk(lambda v: A @ v, 30, 3, num_steps=20, check=False, progress="fast run")
+    out = capsys.readouterr()
+    assert "fast run" not in out.out + out.err

@@ -149,6 +149,7 @@ def lanczos_topk(
     seed: int = 0,
     dtype=None,
     check: bool = True,
+    progress: str | None = None,
 ) -> EigResult:
     """Top-``k`` eigenpairs of the symmetric PSD operator ``v -> matvec(v)`` on vectors ``(dim,)``.
 
@@ -156,7 +157,9 @@ def lanczos_topk(
     ``reorthogonalize`` is the number of full re-orthogonalisation passes per step (2 default, 0 for
     the plain three-term recurrence).  ``dtype`` defaults to ``matvec.dtype`` if present, else JAX's
     default float.  With ``check=True`` the operator is first tested with :func:`check_symmetric`
-    (6 extra products, not counted in ``num_matvecs``).  See the module docstring.
+    (6 extra products, not counted in ``num_matvecs``).  ``progress``: the label of a progress
+    report over the steps (for slow operators; a run shorter than 2 s prints nothing); ``None``
+    (default) is silent.  See the module docstring.
     """
     _check_k(dim, k)
     if num_steps is None:
@@ -192,9 +195,16 @@ def lanczos_topk(
     anorm = 0.0
     nmv = 0
     j = 0
+    bar = None
+    if progress is not None:
+        from ntkbook.progress import Progress
+
+        bar = Progress(num_steps, progress)
     while j < num_steps:
         w = jnp.asarray(matvec(Q[j]), dtype=dtype)
         nmv += 1
+        if bar is not None:
+            bar.update()
         Q, alpha, beta = step(Q, j, w, beta)
         a, b = float(alpha), float(beta)
         if not (np.isfinite(a) and np.isfinite(b)):
@@ -217,6 +227,8 @@ def lanczos_topk(
         else:
             betas.append(b)
         j += 1
+    if bar is not None:
+        bar.close()
 
     m = len(alphas)
     T = np.diag(np.asarray(alphas)) + np.diag(np.asarray(betas[: m - 1]), 1) \

@@ -239,7 +239,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                 t_check = time.perf_counter() - t
                 t = time.perf_counter()
                 eig = lanczos_topk(op, op.dim, config.k, num_steps=config.lanczos_steps, seed=config.seed,
-                                   dtype=jax.numpy.float64, check=False)
+                                   dtype=jax.numpy.float64, check=False, progress=f"Lanczos, layer {L} {ps}")
                 t_lanczos = time.perf_counter() - t
                 vecs = np.asarray(eig.eigenvectors)
                 lam = np.asarray(eig.eigenvalues)
