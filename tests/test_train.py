@@ -164,3 +164,40 @@ def test_fit_catches_finite_blow_up_of_a_real_model():
     with pytest.raises(TrainingDiverged, match="more than 1e\\+04 times"):
         fit(loss, {"w": jnp.zeros(4)}, optax.sgd(1e4), (x, y), epochs=50, batch_size=32,
             show_progress=False)
+
+
+def test_step_keys_are_fresh_per_step_and_leave_the_batch_order_alone():
+    """With ``step_keys=True`` the loss gets a different key at every step (and at epoch 0), the
+    same keys for the same seed, and the batches are those of the run without keys."""
+    import jax
+    from jax.experimental import io_callback
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3)).astype(np.float32)
+    Y = rng.standard_normal((40, 1)).astype(np.float32)
+    seen: list[np.ndarray] = []
+
+    def record(k):
+        seen.append(np.asarray(k).copy())
+        return np.zeros((), np.float32)
+
+    def mse(p, b):
+        return jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
+
+    def keyed(p, b, key):
+        data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+        return mse(p, b) + io_callback(record, jax.ShapeDtypeStruct((), jnp.float32), data, ordered=True)
+
+    p0 = {"w": jnp.zeros((3, 1))}
+    kw = dict(epochs=3, batch_size=16, seed=5, drop_last=False, show_progress=False)
+    plain = fit(mse, p0, optax.adam(1e-2), (X, Y), **kw)
+    a = fit(keyed, p0, optax.adam(1e-2), (X, Y), step_keys=True, **kw)
+    keys_a = [tuple(k.ravel()) for k in seen]
+    seen.clear()
+    fit(keyed, p0, optax.adam(1e-2), (X, Y), step_keys=True, **kw)
+    keys_b = [tuple(k.ravel()) for k in seen]
+    # 1 key at epoch 0 + 3 epochs x 3 steps (16, 16, 8), every one distinct, the same for the same seed
+    assert len(keys_a) == 1 + 3 * 3
+    assert len(set(keys_a)) == len(keys_a)
+    assert keys_a == keys_b
+    np.testing.assert_allclose(np.asarray(a.params["w"]), np.asarray(plain.params["w"]), rtol=1e-6)

@@ -98,6 +98,7 @@ def fit(
     drop_last: bool = True,
     batch_order: np.ndarray | None = None,
     max_loss_ratio: float | None = 1e4,
+    step_keys: bool = False,
 ) -> TrainResult:
     """Train ``params`` to minimise ``loss_fn(params, batch)``.
 
@@ -116,6 +117,10 @@ def fit(
       batch_order: optional ``(epochs, N)`` integer array; row ``e - 1`` is the order of the
         examples in epoch ``e`` (a recorded order to replay, e.g. a PyTorch run's). Replaces the
         seeded shuffling; each row must be a permutation of ``range(N)``.
+      step_keys: if True, ``loss_fn`` is called as ``loss_fn(params, batch, key)`` with a fresh
+        PRNG key at every step (for randomness inside the loss: an attack's random start, dropout),
+        drawn from a stream of its own (derived from ``seed``), so the batch order is the same as
+        without it. The starting loss (epoch 0) is evaluated with a key of that stream too.
       max_loss_ratio: a step whose loss exceeds this multiple of the initial loss (plus one, so
         a near-zero start does not trip it) is a divergence; ``None`` turns the check off. The
         gradient is checked for NaN/inf at every step.
@@ -150,23 +155,26 @@ def fit(
     steps = full_steps + (1 if rest else 0)
     opt_state = optimizer.init(params)
 
-    def step(carry, batch):
+    def step(carry, inputs):
         p, s = carry
-        loss, grads = jax.value_and_grad(loss_fn)(p, batch)
+        batch, key = inputs
+        args = (batch, key) if step_keys else (batch,)
+        loss, grads = jax.value_and_grad(loss_fn)(p, *args)
         grad_ok = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
         updates, s = optimizer.update(grads, s, p)
         return (optax.apply_updates(p, updates), s), (loss, grad_ok)
 
     @jax.jit
-    def run_epoch(p, s, perm):
+    def run_epoch(p, s, perm, epoch_key):
+        keys = jax.random.split(epoch_key, steps)
         if bs == n:
             batches = tuple(a[None] for a in data)
         else:
             batches = tuple(a[perm[: full_steps * bs]].reshape((full_steps, bs) + a.shape[1:]) for a in data)
-        (p, s), (losses, ok) = jax.lax.scan(step, (p, s), batches)
+        (p, s), (losses, ok) = jax.lax.scan(step, (p, s), (batches, keys[:full_steps]))
         if rest:
             last = tuple(a[perm[full_steps * bs:]] for a in data)
-            (p, s), (l_last, ok_last) = step((p, s), last)
+            (p, s), (l_last, ok_last) = step((p, s), (last, keys[full_steps]))
             losses = jnp.concatenate([losses, l_last[None]])
             ok = jnp.concatenate([ok, ok_last[None]])
         return p, s, losses, ok
@@ -184,7 +192,9 @@ def fit(
             callback(epoch, params)
 
     key = jax.random.PRNGKey(seed)
-    loss0 = float(full_loss(params, data))
+    key_stream = jax.random.fold_in(key, 0x5EED)  # the step keys' own stream (see step_keys)
+    loss0 = float(full_loss(params, data, jax.random.fold_in(key_stream, 0)) if step_keys
+                  else full_loss(params, data))
     if not np.isfinite(loss0):
         raise TrainingDiverged(0, 0, loss0)
     limit = None if max_loss_ratio is None else max_loss_ratio * (abs(loss0) + 1.0)
@@ -197,7 +207,8 @@ def fit(
             else:
                 key, sub = jax.random.split(key)
                 perm = jax.random.permutation(sub, n)
-            params, opt_state, losses, grad_ok = run_epoch(params, opt_state, perm)
+            params, opt_state, losses, grad_ok = run_epoch(params, opt_state, perm,
+                                                           jax.random.fold_in(key_stream, epoch))
             losses, grad_ok = np.asarray(losses), np.asarray(grad_ok)
             _check_epoch(epoch, steps, losses, grad_ok, limit, loss0)
             if epoch % log_every == 0 or epoch == epochs:

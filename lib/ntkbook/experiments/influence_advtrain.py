@@ -1,9 +1,12 @@
 r"""Adversarial training and influence malleability (Paper A): does PGD training make ReLU malleable?
 
 For each task, model and seed two networks are trained with the same (cheaper than the main
-experiment's) recipe, Adam, batch 128, ``epochs`` epochs, width ``width``:
+experiment's) recipe through :func:`ntkbook.train.fit`, Adam, batch 128, ``epochs`` epochs, width
+``width``:
 
-* **standard**: as in :mod:`ntkbook.experiments.influence_malleability`;
+* **standard**: :func:`ntkbook.experiments.influence_malleability.train_model` with mini-batches for
+  both models (for MLP-Attn this is not the main experiment's full-batch recipe, whose 10 000 steps
+  would each need a PGD attack here);
 * **adversarial** (Madry et al. 2018): every mini-batch is first replaced by its PGD version
   (``pgd_train_steps`` steps of ``pgd_train_step_size`` from a uniform random start in the
   ``eps``-ball, maximising the batch loss at the current weights), and the Adam step is taken on
@@ -31,10 +34,9 @@ from ntkbook.experiments import influence_malleability as IM
 from ntkbook.models import attention as att
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
-from ntkbook.train import TrainingDiverged
 
 NAME = "influence_advtrain"
-VERSION = "1"
+VERSION = "2"  # 2: trained through ntkbook.train.fit (step keys), width 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +46,7 @@ class Config:
     seeds: tuple[int, ...] = (0, 1, 2)
     n_train: int = 500
     n_test: int = 400
-    width: int = 256
+    width: int = 512  # as the main experiment
     epochs: int = 150
     lr: float = 1e-2
     batch: int = 128
@@ -100,65 +102,39 @@ def batch_loss(attend: bool, C: int):
 
 
 def adversarial_train(xtr, ytr, C: int, attend: bool, config: Config, seed: int):
-    """PGD adversarial training of ``W``. Returns ``(params, history)`` with the mean adversarial
-    batch loss per epoch."""
+    """PGD adversarial training of ``W`` with :func:`ntkbook.train.fit` (Adam, mini-batches of
+    ``config.batch``, last batch kept). The loss of a batch is the loss at its PGD version, found
+    at the current weights from a random start drawn with the step's own key (``step_keys``); the
+    gradient does not flow through the attack (Madry et al.). ``xtr``: (n, d) pixels, ``ytr``:
+    (n, C) targets. Returns ``(params, history)`` with the mean adversarial batch loss per epoch."""
+    from ntkbook.train import fit
+
     x = jnp.asarray(xtr, jnp.float32)
     y = jnp.asarray(ytr, jnp.float32)
-    n = x.shape[0]
-    bs = min(config.batch, n)
     params = att.init_heads(jax.random.PRNGKey(seed), x.shape[1], config.width, C)
     a = params["a"]
     loss_b = batch_loss(attend, C)
-    opt = optax.chain(optax.add_decayed_weights(config.l2), optax.adam(config.lr))
-    W = params["W"]
-    state = opt.init(W)
 
-    def one_step(W, state, xb, yb, key):
-        p = {"W": W, "a": a}
+    def adversarial_loss(p, batch, key):
+        xb, yb = batch
+        frozen = jax.lax.stop_gradient({"W": p["W"], "a": a})
         # PGD on the batch (the fixed context is the clean training set)
         x0 = _attacks.project(xb + jax.random.uniform(key, xb.shape, xb.dtype, -config.eps, config.eps),
                               xb, config.eps)
 
         def body(_, xa):
-            g = jax.grad(loss_b)(xa, p, yb, x)
+            g = jax.grad(loss_b)(xa, frozen, yb, x)
             return _attacks.project(xa + config.pgd_train_step_size * jnp.sign(g), xb, config.eps)
 
         xa = jax.lax.stop_gradient(jax.lax.fori_loop(0, config.pgd_train_steps, body, x0))
-        loss, g = jax.value_and_grad(lambda w: loss_b(xa, {"W": w, "a": a}, yb, x))(W)
-        upd, state = opt.update(g, state, W)
-        return optax.apply_updates(W, upd), state, loss
+        return loss_b(xa, {"W": p["W"], "a": a}, yb, x)
 
-    full, rest = divmod(n, bs)
-
-    @jax.jit
-    def epoch(W, state, key):
-        kp, ks = jax.random.split(key)
-        perm = jax.random.permutation(kp, n)
-        xb = x[perm[: full * bs]].reshape(full, bs, -1)
-        yb = y[perm[: full * bs]].reshape(full, bs, -1)
-        keys = jax.random.split(ks, full + 1)
-
-        def scan_step(carry, inp):
-            W, state = carry
-            W, state, loss = one_step(W, state, *inp)
-            return (W, state), loss
-
-        (W, state), losses = jax.lax.scan(scan_step, (W, state), (xb, yb, keys[:full]))
-        if rest:
-            W, state, l_last = one_step(W, state, x[perm[full * bs:]], y[perm[full * bs:]], keys[full])
-            losses = jnp.concatenate([losses, l_last[None]])
-        return W, state, losses
-
-    key = jax.random.PRNGKey(10_000 + seed)
-    hist = []
-    for e in range(1, config.epochs + 1):
-        key, sub = jax.random.split(key)
-        W, state, losses = epoch(W, state, sub)
-        losses = np.asarray(losses)
-        if not np.all(np.isfinite(losses)):
-            raise TrainingDiverged(e, 0, float(losses[~np.isfinite(losses)][0]))
-        hist.append(float(losses.mean()))
-    return {"W": W, "a": a}, {"epoch": np.arange(1, config.epochs + 1), "adv_loss": np.asarray(hist)}
+    opt = optax.chain(optax.add_decayed_weights(config.l2), optax.adam(config.lr))
+    res = fit(adversarial_loss, {"W": params["W"]}, opt, (x, y), epochs=config.epochs,
+              batch_size=min(config.batch, x.shape[0]), seed=10_000 + seed, step_keys=True,
+              drop_last=False, show_progress=False)
+    h = res.history
+    return {"W": res.params["W"], "a": a}, {"epoch": h["epoch"][1:], "adv_loss": h["loss"][1:]}
 
 
 def point(data, task: str, model: str, seed: int, config: Config):
