@@ -3,7 +3,9 @@
 Prints, for contexts of 64 TinyStories tokens:
 
 1. the time of one forward pass from the stored residual at layer L, of one operator product
-   ``S^{1/2} K_r S^{1/2} w`` (down_proj only, and the whole layer), and their ratio (target <= 4);
+   ``S^{1/2} K_r S^{1/2} w`` (down_proj only, and the whole layer), timed interleaved (each repeat
+   runs all three back to back, :mod:`timing`), and the median [quartiles] of the per-repeat
+   ratios product / forward (target <= 4);
 2. the time per product at several layers, and the extrapolated time of a 50-step Lanczos run
    (52 products with the symmetry check) at N = 1024 per layer;
 3. the accuracy of the float32 product (highest matmul precision, as the library runs it) against
@@ -26,6 +28,7 @@ from ntkbook import gemma_entk as E
 from ntkbook import gemma_weights
 from ntkbook.models import gemma as G
 from ntkbook.pos_data import load_stories
+from timing import ratio, timeit
 
 
 def contexts(tok, n: int, T: int = 64) -> np.ndarray:
@@ -39,22 +42,12 @@ def contexts(tok, n: int, T: int = 64) -> np.ndarray:
     raise RuntimeError("not enough long stories")
 
 
-def timed(fn, repeats: int = 3) -> float:
-    fn()  # compile / warm up
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--contexts", type=int, default=16)
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--layers", type=int, nargs="+", default=[0, 8, 16])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     print(f"devices: {jax.devices()}  backend: {jax.default_backend()}")
     cfg, params, tok = gemma_weights.load()
@@ -62,21 +55,22 @@ def main() -> None:
     ctx = contexts(tok, args.contexts)
     N = len(ctx)
     rng = np.random.default_rng(0)
-    rows = []
     for L in args.layers:
         res = E.compute_residuals(params, cfg, ctx, L)
         fwd = jax.jit(jax.vmap(lambda rest, h: G.forward_from(rest, cfg, h, L)[-1], in_axes=(None, 0)))
         rest = E._rest(params)
         chunks = [jnp.asarray(res[s:s + args.chunk]) for s in range(0, N, args.chunk)]
-        t_fwd = timed(lambda: [fwd(rest, c).block_until_ready() for c in chunks], args.repeats)
-        for ps in ("down_proj", "layer"):
-            op = E.layer_operator(params, cfg, res, L, param_set=ps, gram_half=Gh, chunk=args.chunk)
-            w = rng.standard_normal(op.dim)
-            t_prod = timed(lambda: op(w), args.repeats)
-            rows.append((L, ps, op.num_params, t_fwd, t_prod))
-            print(f"layer {L:2d} {ps:9s} P={op.num_params:>9,}  forward-from-residual {t_fwd:6.2f} s  "
-                  f"product {t_prod:6.2f} s  ratio {t_prod / t_fwd:4.2f}  "
-                  f"-> 52 products at N=1024: {52 * t_prod * 1024 / N / 60:6.1f} min", flush=True)
+        ops = {ps: E.layer_operator(params, cfg, res, L, param_set=ps, gram_half=Gh, chunk=args.chunk)
+               for ps in ("down_proj", "layer")}
+        ws = {ps: rng.standard_normal(op.dim) for ps, op in ops.items()}
+        t_fwd, t_down, t_layer = timeit([lambda: [fwd(rest, c) for c in chunks],
+                                         lambda: ops["down_proj"](ws["down_proj"]),
+                                         lambda: ops["layer"](ws["layer"])], repeat=args.repeats)
+        print(f"layer {L:2d} forward from the residual: {t_fwd.s()} s (min / median)", flush=True)
+        for ps, t in (("down_proj", t_down), ("layer", t_layer)):
+            print(f"layer {L:2d} {ps:9s} P={ops[ps].num_params:>9,}  product {t.s()} s  "
+                  f"product / forward {ratio(t, t_fwd)}  "
+                  f"-> 52 products at N=1024: {52 * t.median * 1024 / N / 60:6.1f} min", flush=True)
     # accuracy of float32 against float64 (layer 16, down_proj, 4 contexts)
     L = 16
     res = E.compute_residuals(params, cfg, ctx[:4], L)
