@@ -61,11 +61,6 @@ class Config:
         return cls()
 
 
-#: the stored stand-in for the scorecard while the paper preset (N = 1024) is not computed:
-#: N = 256 at layer 16, the run the chapter shows (its changed fields are named on the scorecard)
-SCORECARD_FALLBACKS = (dict(n_per_class=32, data_n_per_class=32),)
-
-
 def points_of(config: Config) -> list[tuple[int, str]]:
     return [(L, "down_proj") for L in config.layers] + [(L, "layer") for L in config.whole_layer_at]
 
