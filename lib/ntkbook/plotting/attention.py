@@ -262,3 +262,45 @@ def plot_distance_vs_time(result: Result, task: str):
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center")
     return fig
+
+
+def plot_fullbatch_distance(result: Result, paper_recipe: Result | None = None):
+    """Full-batch Adam line (:mod:`ntkbook.experiments.ntk_distance_fullbatch`): left, each
+    network's distance to its own linearisation against width (mean and spread over seeds; with
+    ``paper_recipe``, the ``ntk_distance`` result, the same quantity under the paper's mini-batch
+    recipe as thin dotted lines); right, the networks' training MSE with the "trained" threshold.
+    Hollow markers: networks that did not train."""
+    from ntkbook.experiments import ntk_distance_fullbatch as FB
+
+    fig, (left, right) = new_figure(2, 1, width=8.0, height=3.4)
+    models = result.config["models"]
+    d = FB.table(result, "dist_net_lin")
+    mse = FB.table(result, "train_mse_net")
+    acc = FB.table(result, "acc_train_net")
+    for model in models:
+        st = MODEL_STYLE[model]
+        ws = np.asarray(sorted(w for (m, w) in d if m == model))
+        mu = np.asarray([d[(model, w)].mean() for w in ws])
+        sd = np.asarray([d[(model, w)].std() for w in ws])
+        e = np.asarray([mse[(model, w)].mean() for w in ws])
+        ok = (e <= FB.TRAINED_MSE) & (np.asarray([acc[(model, w)].mean() for w in ws]) >= FB.TRAINED_ACC)
+        name = {"relu": "2L-ReLU", "attn": "MLP-Attn"}.get(model, model)
+        left.plot(ws, mu, "-", color=st["color"], lw=1.5, label=f"{name}, full batch")
+        left.errorbar(ws, mu, yerr=sd, fmt="none", ecolor=st["color"], capsize=3)
+        left.plot(ws[ok], mu[ok], ls="none", ms=6, **st)
+        left.plot(ws[~ok], mu[~ok], ls="none", ms=6, mfc="white", **st)
+        if paper_recipe is not None:
+            pw, pd = _values(paper_recipe, result["task"], model, "dist_net_lin", "adam", "constant")
+            left.plot(pw, pd.mean(axis=1), ":", color=st["color"], lw=1.2, label=f"{name}, paper's recipe")
+        right.plot(ws, e, "-", color=st["color"], lw=1.5)
+        right.plot(ws[ok], e[ok], ls="none", ms=6, **st)
+        right.plot(ws[~ok], e[~ok], ls="none", ms=6, mfc="white", **st)
+    right.axhline(FB.TRAINED_MSE, color="0.4", ls=":", lw=1)
+    right.text(ws[0], FB.TRAINED_MSE * 1.05, "MSE criterion", fontsize=10, color="0.3", va="bottom")
+    _width_axis(left, ws)
+    _width_axis(right, ws, ylog=False)
+    right.set_ylim(0, 1.1)
+    left.set_ylabel("net vs own linearisation (RMS)")
+    right.set_ylabel("training MSE")
+    left.legend(fontsize=9)
+    return fig
