@@ -39,3 +39,15 @@ def test_smoke_run_rows_and_trend(data_dir):
     # the network at initialisation is its linearisation: training moved it (the distance is not 0
     # for the ReLU network, whose hyperplanes cut the data)
     assert t[("relu", cfg.widths[0])].mean() > 0
+
+
+def test_scorecard_rows_follow_the_rule(data_dir):
+    from ntkbook import scorecard as SC
+
+    res = FB.run(FB.Config.smoke())
+    rows = FB.scorecard(res)
+    assert [r["claim"] for r in rows] == ["A.distance.relu", "A.distance.attn"]
+    for r, want in zip(rows, ("decreasing", "increasing")):
+        assert r["verdict"] in SC.VERDICTS
+        _, tr = FB.trend(res, "relu" if want == "decreasing" else "attn")
+        assert (r["verdict"] == "does not") == (tr != want)
