@@ -74,7 +74,7 @@ class Config:
 def estimate_seconds(config: Config) -> float:
     total = 0.0
     for task in config.tasks:
-        d = 3072 if IM.TASKS[task][0] == "cifar10" else 784
+        d = IM.input_dim(task)
         pass_flops = 6.0 * config.n_train * d * config.width
         train = pass_flops * config.epochs * (2 + config.pgd_train_steps)
         total += len(config.models) * len(config.seeds) * (train + pass_flops * 4 * config.pgd_steps)

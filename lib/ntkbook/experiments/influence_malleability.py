@@ -154,11 +154,16 @@ def _classes(task: str):
     return dname, [int(c) if c.isdigit() else c for c in classes]
 
 
+def input_dim(task: str) -> int:
+    """Pixels per image of ``task``'s data set (CIFAR-10: 32 x 32 x 3; the MNISTs: 28 x 28)."""
+    return 3072 if _classes(task)[0] == "cifar10" else 784
+
+
 def estimate_seconds(config: Config) -> float:
     """Rough CPU time (2 cores, ~50 GFLOP/s effective: ~100 measured unloaded), from the dominant matmuls."""
     total = 0.0
     for task in config.tasks:
-        d = 3072 if TASKS[task][0] == "cifar10" else 784
+        d = input_dim(task)
         n = config.n_train
         pass_flops = 6.0 * n * d * config.width
         train = pass_flops * config.epochs

@@ -52,7 +52,7 @@ class Config:
 def estimate_seconds(config: Config) -> float:
     total = 0.0
     for task in config.tasks:
-        d = 3072 if IM.TASKS[task][0] == "cifar10" else 784
+        d = IM.input_dim(task)
         for m in config.widths:
             pass_flops = 6.0 * config.n_train * d * m
             total += len(config.models) * len(config.seeds) * pass_flops * (config.epochs + 60)
