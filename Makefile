@@ -43,12 +43,12 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 book: setup
-	$(PY) -m ntkbook.bookbuild --scale $(SCALE)
+	$(PY) -m ntkbook.book.build --scale $(SCALE)
 	@echo "open _build/$(SCALE)/html/index.html"
 
 chapter: setup
 	@test -n "$(CH)" || { echo "usage: make chapter CH=name [SCALE=smoke]  (name of a file in book/, e.g. modular_mlp)" >&2; exit 2; }
-	$(PY) -m ntkbook.bookbuild --scale $(SCALE) --chapter $(CH)
+	$(PY) -m ntkbook.book.build --scale $(SCALE) --chapter $(CH)
 	@echo "open _build/$(SCALE)/html/book/$(CH).html"
 
 # JupyterLab with jupytext; .md chapters open as notebooks (settings override in the venv).

@@ -1,4 +1,4 @@
-"""Benchmark of ntkbook.entk and ntkbook.eig (a script, not a test).
+"""Benchmark of ntkbook.ntk.entk and ntkbook.ntk.eig (a script, not a test).
 
     .venv/bin/python benchmarks/bench_entk.py [--quick] [--max-dense N] [--sizes 1000,10000,...]
 
@@ -30,8 +30,8 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ntkbook.eig import dense_topk, lanczos_topk  # noqa: E402
-from ntkbook.entk import entk, entk_matvec  # noqa: E402
+from ntkbook.ntk.eig import dense_topk, lanczos_topk  # noqa: E402
+from ntkbook.ntk.entk import entk, entk_matvec  # noqa: E402
 from timing import Timing, block, ratio, timeit  # noqa: E402,F401
 
 
@@ -238,7 +238,7 @@ def bench_own_vs_matfree(quick, k=25):
     t_own, t_mf = timeit([run_own, run_matfree], repeat=3 if quick else 7)
     print("| implementation | time (s) | products | max rel eigenvalue err | max true residual / lambda_1 |")
     print("|---|---|---|---|---|")
-    for name, fn, t in (("ntkbook.eig.lanczos_topk (reorth x2)", run_own, t_own),
+    for name, fn, t in (("ntkbook.ntk.eig.lanczos_topk (reorth x2)", run_own, t_own),
                         ("matfree tridiag_sym(reortho='full')", run_matfree, t_mf)):
         out = block(fn())
         w, V = (out.eigenvalues, out.eigenvectors) if hasattr(out, "eigenvalues") else out

@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ntkbook import gemma_entk as E
-from ntkbook import gemma_weights
-from ntkbook.models import gemma as G
-from ntkbook.pos_data import load_stories
+from ntkbook.gemma import operator as E
+from ntkbook.gemma import weights as gemma_weights
+from ntkbook.gemma import model as G
+from ntkbook.gemma.pos_data import load_stories
 from timing import ratio, timeit
 
 

@@ -1,4 +1,4 @@
-"""Class-mean eNTK of the modular-addition MLP: ntkbook.entk versus neural-tangents (a script).
+"""Class-mean eNTK of the modular-addition MLP: ntkbook.ntk.entk versus neural-tangents (a script).
 
     bash benchmarks/setup_nt_env.sh              # once: the pinned neural-tangents environment
     .venv/bin/python benchmarks/bench_neural_tangents.py [--n 400] [--nt-python /tmp/nt-env/bin/python]
@@ -8,7 +8,7 @@ out = W2 (W1 x / sqrt(2p))^2 / width, no biases, 29 outputs, one-hot(a) + one-ho
 with weights drawn from a fixed seed.  The kernel is the class-mean eNTK (1/C) sum_c K_cc on N
 inputs (all p^2 = 841 pairs with --n 841, otherwise a fixed random subset), in float64:
 
-* ours: ``ntkbook.entk.entk(mlp, params, x, reduction="class_mean")``;
+* ours: ``ntkbook.ntk.entk.entk(mlp, params, x, reduction="class_mean")``;
 * neural-tangents 0.6.5 ``empirical_ntk_fn(f, trace_axes=(-1,), vmap_axes=0)`` with
   ``JACOBIAN_CONTRACTION`` and ``NTK_VECTOR_PRODUCTS``, run by nt_worker.py in a separate
   environment (neural-tangents does not import with current JAX).  ``trace_axes=(-1,)`` divides
@@ -43,7 +43,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench_entk import P, mlp, mlp_init, modular_inputs  # noqa: E402  (same model as bench_entk)
-from ntkbook.entk import entk  # noqa: E402
+from ntkbook.ntk.entk import entk  # noqa: E402
 
 
 def rss_gib():
@@ -134,7 +134,7 @@ def main():
     print(f"| implementation | chunking | compilation (s) | best of {args.repeat} (s) | ours / this | "
           f"max rel diff to ours |")
     print("|---|---|---|---|---|---|")
-    print(f"| ntkbook.entk.entk(reduction='class_mean') | {f'batch_size={bs}' if bs else 'none'} | "
+    print(f"| ntkbook.ntk.entk.entk(reduction='class_mean') | {f'batch_size={bs}' if bs else 'none'} | "
           f"first call {first:.1f} (compile + run) | {ours['best_s']:.2f} | 1 | - |")
     worst = 0.0
     for impl in impls:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ntkbook import attacks as A
+from ntkbook.influence import attacks as A
 from ntkbook.experiments.influence_malleability import attack_loss
 from ntkbook.models import attention as att
 

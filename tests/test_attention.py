@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ntkbook import entk as entk_mod
-from ntkbook import kernels
+from ntkbook.ntk import entk as entk_mod
+from ntkbook.ntk import kernels
 from ntkbook.models import attention as att
 
 jax.config.update("jax_enable_x64", True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ntkbook import bookbuild, htmlcheck
+from ntkbook.book import build as bookbuild, htmlcheck
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "_build" / "smoke"
@@ -29,7 +29,7 @@ def _git_status() -> str:
 def smoke_build():
     """Build the whole book at smoke scale once; returns (exit code, output, summary)."""
     before = _git_status()
-    proc = subprocess.run([sys.executable, "-m", "ntkbook.bookbuild", "--scale", "smoke", "--out", str(OUT)],
+    proc = subprocess.run([sys.executable, "-m", "ntkbook.book.build", "--scale", "smoke", "--out", str(OUT)],
                           cwd=REPO, capture_output=True, text=True)
     summary_file = OUT / "chapters.json"
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}

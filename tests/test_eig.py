@@ -8,7 +8,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from ntkbook.eig import EigResult, check_symmetric, dense_topk, hvp_operator, lanczos_topk  # noqa: E402
+from ntkbook.ntk.eig import EigResult, check_symmetric, dense_topk, hvp_operator, lanczos_topk  # noqa: E402
 
 
 def sym_with_spectrum(evals, seed=0):
@@ -89,7 +89,7 @@ def test_breakdown_low_rank():
 
 
 def test_dense_topk_and_lanczos_on_entk():
-    from ntkbook.entk import entk, entk_matvec
+    from ntkbook.ntk.entk import entk, entk_matvec
 
     def f(p, x):
         return jnp.tanh(x @ p["w1"]) @ p["w2"]

@@ -10,7 +10,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from ntkbook import entk as E  # noqa: E402
+from ntkbook.ntk import entk as E  # noqa: E402
 
 TOL = 1e-10
 C = 3

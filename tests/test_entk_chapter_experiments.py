@@ -42,7 +42,7 @@ def test_convergence_smoke_is_sane(convergence):
 
 def test_blocked_entk_equals_unblocked():
     """Averaging the eNTKs of blocks of hidden units gives the eNTK of the whole network."""
-    from ntkbook import entk, kernels
+    from ntkbook.ntk import entk, kernels
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 7))
@@ -61,7 +61,7 @@ def test_predicted_error_matches_monte_carlo():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 6))
     m, reps = 64, 400
-    from ntkbook import kernels
+    from ntkbook.ntk import kernels
 
     theta = np.asarray(kernels.relu_ntk(x, trainable="W"))
     sq = []

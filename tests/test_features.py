@@ -1,9 +1,9 @@
-"""Fourier bases, subspace overlaps, chance levels and the cliff detector (ntkbook.features)."""
+"""Fourier bases, subspace overlaps, chance levels and the cliff detector (ntkbook.ntk.features)."""
 
 import numpy as np
 import pytest
 
-from ntkbook import features as F
+from ntkbook.ntk import features as F
 
 
 @pytest.mark.parametrize("p", [5, 13, 29])
@@ -134,7 +134,7 @@ def test_chance_level_variance_is_exact(n, d):
     """For k = 1 the overlap of a uniform random direction with a d-dim space is
     Beta(d/2, (n-d)/2): mean d/n, variance 2 d (n-d) / (n^2 (n+2)); the formula for general k is
     symmetric in k and d."""
-    from ntkbook.features import random_subspace_overlap
+    from ntkbook.ntk.features import random_subspace_overlap
 
     r = random_subspace_overlap(n, 1, d)
     a, b = d / 2, (n - d) / 2
@@ -147,7 +147,7 @@ def test_chance_level_variance_is_exact(n, d):
 
 
 def test_orthonormal_basis_keeps_small_but_real_directions():
-    from ntkbook.features import orthonormal_basis
+    from ntkbook.ntk.features import orthonormal_basis
 
     rng = np.random.default_rng(0)
     u, _ = np.linalg.qr(rng.standard_normal((50, 2)))
@@ -166,7 +166,7 @@ def _ladder(drops_at: dict[int, float], n: int = 40, base: float = 0.1) -> np.nd
 
 
 def test_find_cliffs_significance_thresholds():
-    from ntkbook.features import find_cliffs
+    from ntkbook.ntk.features import find_cliffs
 
     # a drop 5x the typical one (and >= 0.2 of the largest) is not a cliff: rel_drop is 10
     lam = _ladder({10: 2.0, 20: 0.5})

@@ -1,12 +1,12 @@
-"""One-vs-rest evaluation of per-example scores (ntkbook.probe_eval) and the data-set helpers."""
+"""One-vs-rest evaluation of per-example scores (ntkbook.gemma.probe) and the data-set helpers."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ntkbook import pos_data as D
-from ntkbook import probe_eval as PE
+from ntkbook.gemma import pos_data as D
+from ntkbook.gemma import probe as PE
 
 
 def test_stratified_split():

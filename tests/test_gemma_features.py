@@ -10,7 +10,7 @@ import pytest
 
 from ntkbook import experiments as X
 from ntkbook.experiments import gemma_features as GF
-from ntkbook.pos_data import CLASSES
+from ntkbook.gemma.pos_data import CLASSES
 
 CLAIMS = {"B.gemma.spectrum_identity", "B.gemma.pos_vs_pca", "B.gemma.morph_vs_pca", "B.gemma.top_contexts"}
 

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ntkbook import gemma_weights as W
-from ntkbook.models import gemma as G
+from ntkbook.gemma import weights as W
+from ntkbook.gemma import model as G
 
 SENTENCE = "Once upon a time, there was a little girl."
 SENTENCE_IDS = [2, 14946, 3324, 496, 990, 236764, 993, 691, 496, 2268, 3953, 236761]

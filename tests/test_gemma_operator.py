@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ntkbook import gemma_entk as E
-from ntkbook.eig import lanczos_topk
-from ntkbook.models import gemma as G
+from ntkbook.gemma import operator as E
+from ntkbook.ntk.eig import lanczos_topk
+from ntkbook.gemma import model as G
 
 jax.config.update("jax_enable_x64", True)
 
@@ -193,9 +193,9 @@ def test_mode_scores_rank_one():
 SHARD_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     jax.config.update("jax_enable_x64", True)
-    from ntkbook import gemma_entk as E
-    from ntkbook.eig import lanczos_topk
-    from ntkbook.models import gemma as G
+    from ntkbook.gemma import operator as E
+    from ntkbook.ntk.eig import lanczos_topk
+    from ntkbook.gemma import model as G
     assert len(jax.local_devices()) == 4, jax.local_devices()
     cfg = G.GemmaConfig.tiny()
     params = G.init_params(cfg, jax.random.PRNGKey(0), dtype=jnp.float64)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ntkbook import gram as gm
+from ntkbook.ntk import gram as gm
 from ntkbook.models import attention as att
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ntkbook import bookbuild, htmlcheck
+from ntkbook.book import build as bookbuild, htmlcheck
 
 pytestmark = pytest.mark.book
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from ntkbook import influence as I
+from ntkbook.influence import scores as I
 from ntkbook.models import attention as att
 
 

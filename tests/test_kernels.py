@@ -8,8 +8,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from ntkbook.entk import entk_layerwise  # noqa: E402
-from ntkbook.kernels import relu_network_apply, relu_network_init, relu_nngp, relu_ntk  # noqa: E402
+from ntkbook.ntk.entk import entk_layerwise  # noqa: E402
+from ntkbook.ntk.kernels import relu_network_apply, relu_network_init, relu_nngp, relu_ntk  # noqa: E402
 
 
 def inputs(n=6, d=5, seed=0):

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pytest
 
-from ntkbook import gram as gm
+from ntkbook.ntk import gram as gm
 from ntkbook.experiments import gram_conditioning, modular_mlp
 
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ntkbook import landscape as L
+from ntkbook.influence import landscape as L
 from ntkbook.models import attention as att
 
 

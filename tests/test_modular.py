@@ -10,8 +10,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from ntkbook import entk  # noqa: E402
-from ntkbook import features as F  # noqa: E402
+from ntkbook.ntk import entk  # noqa: E402
+from ntkbook.ntk import features as F  # noqa: E402
 from ntkbook.experiments import make_config  # noqa: E402
 from ntkbook.experiments import modular_mlp as X  # noqa: E402
 from ntkbook.models import modular as M  # noqa: E402

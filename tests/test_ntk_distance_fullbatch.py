@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from ntkbook.verdicts import VERDICTS
 from ntkbook.experiments import ntk_distance as D
 from ntkbook.experiments import ntk_distance_fullbatch as FB
 
@@ -42,12 +43,12 @@ def test_smoke_run_rows_and_trend(data_dir):
 
 
 def test_scorecard_rows_follow_the_rule(data_dir):
-    from ntkbook import scorecard as SC
+    from ntkbook.book import scorecard as SC
 
     res = FB.run(FB.Config.smoke())
     rows = FB.scorecard(res)
     assert [r["claim"] for r in rows] == ["A.distance.relu", "A.distance.attn"]
     for r, want in zip(rows, ("decreasing", "increasing")):
-        assert r["verdict"] in SC.VERDICTS
+        assert r["verdict"] in VERDICTS
         _, tr = FB.trend(res, "relu" if want == "decreasing" else "attn")
         assert (r["verdict"] == "does not") == (tr != want)

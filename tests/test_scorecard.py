@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ntkbook import report, scorecard
+from ntkbook.verdicts import VERDICTS
+from ntkbook.book import report, scorecard
 from ntkbook.store import Result
 
 # the claim ids fixed for every helper (COMMON.md)
@@ -74,7 +75,7 @@ def test_collect_uses_stored_results_and_computed_verdicts():
     assert len(rows) == len(scorecard.CATALOGUE)
     # modular_mlp's paper-scale result is stored in results/: its claims are measured
     for cid in ("B.mlp.grokking", "B.mlp.first_cliff", "B.mlp.second_cliff_sum", "B.mlp.dynamics"):
-        assert rows[cid].verdict in scorecard.VERDICTS, cid
+        assert rows[cid].verdict in VERDICTS, cid
         assert "paper scale" in rows[cid].source
 
 
@@ -111,7 +112,7 @@ def test_catalogued_chapter_label_is_the_fallback_link():
 
 
 def test_fmt_never_prints_negative_zero():
-    from ntkbook.report import fmt
+    from ntkbook.numbers import fmt
 
     assert fmt(-0.001) == "0.00" and fmt(-0.0, ".1f") == "0.0"
     assert fmt(-0.01) == "-0.01" and fmt(-3.2, ".1f") == "-3.2" and fmt(-1e-9, ".1e") == "-1.0e-09"
@@ -125,7 +126,7 @@ def test_a_stored_stand_in_config_is_used_and_named(monkeypatch):
     N = 1024 run is named as the stand-in."""
     import dataclasses
 
-    from ntkbook import scorecard
+    from ntkbook.book import scorecard
     from ntkbook.experiments import gemma_features
 
     stored = gemma_features.Config.paper()

@@ -13,6 +13,7 @@ import pytest
 
 from ntkbook import experiments, store as store_mod
 from ntkbook.__main__ import main as cli
+from ntkbook.codehash import code_hash
 from ntkbook.experiments import demo_sweep
 from ntkbook.store import PointStore, Result, Store, StoreError, config_hash
 
@@ -146,7 +147,7 @@ def test_demo_experiment_resumes(tmp_path, monkeypatch):
     result = experiments.run_and_save("demo_sweep", config, store)
     assert seen == [16, 64, 256, 256, 1024]
     assert result.provenance["resumed_points"] == 2
-    assert result.provenance["code_sha256"] == experiments.code_hash(demo_sweep)
+    assert result.provenance["code_sha256"] == code_hash(demo_sweep.__name__)
     loaded = store.load("demo_sweep", demo_sweep.VERSION, config)
     np.testing.assert_allclose(loaded["rms_error"], result["rms_error"])
     assert -0.7 < loaded["loglog_slope"] < -0.3
@@ -158,7 +159,7 @@ def test_recompute_clears_checkpoints(tmp_path, monkeypatch):
     """A planted stale checkpoint survives neither --recompute nor a change of code."""
     config = demo_sweep.Config.smoke()
     store = Store(tmp_path)
-    code = experiments.code_hash(demo_sweep)
+    code = code_hash(demo_sweep.__name__)
     key = f"n={config.sample_sizes[0]}"
     for planted_code in (code, "0123456789abcdef"):
         points = store.points("demo_sweep", demo_sweep.VERSION, config, planted_code)
@@ -178,27 +179,6 @@ def test_recompute_clears_checkpoints(tmp_path, monkeypatch):
         key, lambda: ({}, {"rms_error": 123.0}))
     result = experiments.run_and_save("demo_sweep", config, third)
     assert result["rms_error"][0] == 123.0 and result.provenance["resumed_points"] == 1
-
-
-def test_code_hash_follows_the_code(tmp_path):
-    from ntkbook.experiments import modular_mlp
-
-    h = experiments.code_hash(modular_mlp)
-    assert len(h) == 16 and h == experiments.code_hash(modular_mlp)
-    assert h != experiments.code_hash(demo_sweep)
-    experiments._CODE_HASHES.pop(modular_mlp.__name__)
-    # modular_mlp trains with ntkbook.train: a change there changes the hash
-    import ntkbook.train as train
-
-    real = train.__file__
-    copy = tmp_path / "train.py"
-    copy.write_text(open(real).read() + "\n# changed\n")
-    try:
-        train.__file__ = str(copy)
-        assert experiments.code_hash(modular_mlp) != h
-    finally:
-        train.__file__ = real
-        experiments._CODE_HASHES.pop(modular_mlp.__name__, None)
 
 
 def _saved(tmp_path):
@@ -404,8 +384,8 @@ def test_lock_refuses_or_waits(tmp_path):
 def test_provenance_refuses_uncommitted_code(tmp_path, monkeypatch):
     config = demo_sweep.Config.smoke()
     store = Store(tmp_path, scale="paper", require_clean=True)
-    clean_git(monkeypatch, status=" M lib/ntkbook/features.py\n?? lib/ntkbook/new.py")
-    with pytest.raises(StoreError, match=r"uncommitted changes \(lib/ntkbook/features.py, "
+    clean_git(monkeypatch, status=" M lib/ntkbook/ntk/features.py\n?? lib/ntkbook/new.py")
+    with pytest.raises(StoreError, match=r"uncommitted changes \(lib/ntkbook/ntk/features.py, "
                                          r"lib/ntkbook/new.py\).*NTKBOOK_ALLOW_DIRTY"):
         experiments.run_and_save("demo_sweep", config, store)
     assert not store.has("demo_sweep", demo_sweep.VERSION, config)
@@ -413,7 +393,7 @@ def test_provenance_refuses_uncommitted_code(tmp_path, monkeypatch):
     result = experiments.run_and_save("demo_sweep", config, store)
     prov = store.load("demo_sweep", demo_sweep.VERSION, config).provenance
     assert prov["git_dirty"] is True and "cannot be reproduced" in prov["WARNING"]
-    assert result.provenance["git_dirty_files"] == ["lib/ntkbook/features.py", "lib/ntkbook/new.py"]
+    assert result.provenance["git_dirty_files"] == ["lib/ntkbook/ntk/features.py", "lib/ntkbook/new.py"]
 
 
 def test_provenance_without_git(tmp_path, monkeypatch):

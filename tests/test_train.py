@@ -126,8 +126,11 @@ def test_keep_last_batch_and_replayed_order():
             xb, yb = x[idx], y[idx]
             w = w - lr * 2 * xb.T @ (xb @ w - yb) / len(idx)
     np.testing.assert_allclose(res.params["w"], w, rtol=1e-5)
+    default = fit(loss, {"w": jnp.zeros(4)}, optax.sgd(lr), (x, y), epochs=2, batch_size=32,
+                  batch_order=order)
+    np.testing.assert_allclose(default.params["w"], w, rtol=1e-5)  # keeping it is the default
     dropped = fit(loss, {"w": jnp.zeros(4)}, optax.sgd(lr), (x, y), epochs=2, batch_size=32,
-                  batch_order=order, show_progress=False)
+                  batch_order=order, drop_last=True)
     assert not np.allclose(dropped.params["w"], w, rtol=1e-5)
     with pytest.raises(ValueError, match="permutation"):
         fit(loss, {"w": jnp.zeros(4)}, optax.sgd(lr), (x, y), epochs=2, batch_size=32,

@@ -25,7 +25,9 @@ import numpy as np
 import optax
 import pytest
 
-from ntkbook import data, entk, features as F
+from ntkbook import data
+
+from ntkbook.ntk import entk, features as F
 from ntkbook.experiments import modular_transformer as MT
 from ntkbook.models import transformer as T
 from ntkbook.train import fit

@@ -51,6 +51,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from ntkbook.paths import scratch_dir
+
 __all__ = [
     "Result",
     "Store",
@@ -431,13 +433,6 @@ class PointStore:
 
 
 # -- the store -----------------------------------------------------------------------------------
-def _default_scratch_base() -> Path:
-    env = os.environ.get("NTKBOOK_SCRATCH")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / ".cache" / "store"
-
-
 class Store:
     """A folder of experiment results.
 
@@ -464,7 +459,7 @@ class Store:
         self.root = Path(root)
         if scratch is None:
             root_id = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
-            scratch = _default_scratch_base() / root_id
+            scratch = scratch_dir() / root_id
         self.scratch = Path(scratch)
         self.scale = scale
         self.require_clean = require_clean

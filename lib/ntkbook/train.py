@@ -94,8 +94,8 @@ def fit(
     log_every: int = 1,
     callback: Callable[[int, Params], None] | None = None,
     desc: str = "training",
-    show_progress: bool = True,
-    drop_last: bool = True,
+    show_progress: bool = False,
+    drop_last: bool = False,
     batch_order: np.ndarray | None = None,
     max_loss_ratio: float | None = 1e4,
     step_keys: bool = False,
@@ -111,9 +111,9 @@ def fit(
       epochs: number of passes over the data.
       batch_size: mini-batch size; ``None`` means full batch.
       seed: seeds the shuffling; the run is deterministic given it.
-      drop_last: if True (the default, as in most JAX loops) the last incomplete batch of an
-        epoch is dropped (N // batch_size steps per epoch); if False it is kept as a smaller
-        final step (ceil(N / batch_size) steps), as PyTorch's ``DataLoader`` does by default.
+      drop_last: if False (the default, as PyTorch's ``DataLoader`` and every experiment here)
+        the last incomplete batch of an epoch is kept as a smaller final step
+        (ceil(N / batch_size) steps per epoch); if True it is dropped (N // batch_size steps).
       batch_order: optional ``(epochs, N)`` integer array; row ``e - 1`` is the order of the
         examples in epoch ``e`` (a recorded order to replay, e.g. a PyTorch run's). Replaces the
         seeded shuffling; each row must be a permutation of ``range(N)``.
@@ -129,6 +129,8 @@ def fit(
       callback: optional ``(epoch, params) -> None`` called at the same epochs, e.g. to take
         eNTK snapshots. Epoch 0 means "before training".
       desc: label of the progress report.
+      show_progress: show a progress report over the epochs (off by default: the experiments
+        report progress per point, around their training runs).
 
     Raises:
       TrainingDiverged: a non-finite loss or gradient, or a loss above ``max_loss_ratio`` times

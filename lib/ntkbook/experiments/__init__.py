@@ -24,12 +24,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ntkbook.codehash import code_hash
+from ntkbook.paths import cache_dir, results_dir, scratch_dir
 from ntkbook.progress import format_seconds
 from ntkbook.store import Result, Store, config_hash
 
 __all__ = [
     "EXPERIMENTS", "ConfigError", "get", "make_config", "parse_overrides", "load_or_run", "run_and_save",
-    "results_dir", "cache_dir", "scratch_dir", "store_for", "code_hash",
+    "store_for", "code_hash",
 ]
 
 #: name -> module path of every experiment: each module of this package (its file name is its
@@ -150,25 +152,6 @@ def _coerce(name: str, key: str, value: Any, current: Any) -> Any:
     return value
 
 
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
-
-
-def results_dir() -> Path:
-    """Where paper-scale results live: ``$NTKBOOK_RESULTS`` or ``<repo>/results``."""
-    return Path(os.environ.get("NTKBOOK_RESULTS", _repo_root() / "results"))
-
-
-def cache_dir() -> Path:
-    """Where smoke-scale results go: ``$NTKBOOK_CACHE`` or ``<repo>/.cache/results``."""
-    return Path(os.environ.get("NTKBOOK_CACHE", _repo_root() / ".cache" / "results"))
-
-
-def scratch_dir() -> Path:
-    """Checkpoints and locks: ``$NTKBOOK_SCRATCH`` or ``<repo>/.cache/store`` (git-ignored)."""
-    return Path(os.environ.get("NTKBOOK_SCRATCH", _repo_root() / ".cache" / "store"))
-
-
 def store_for(scale: str, root: str | os.PathLike | None = None) -> Store:
     """The store of a scale: paper results in :func:`results_dir` (computed only from committed
     code), smoke results in :func:`cache_dir`; ``root`` overrides the folder for either scale."""
@@ -181,37 +164,6 @@ def store_for(scale: str, root: str | os.PathLike | None = None) -> Store:
                  require_clean=(scale == "paper"), cli_root=root is not None)
 
 
-_CODE_HASHES: dict[str, str] = {}
-_NOT_CODE = {"ntkbook", "ntkbook.store", "ntkbook.progress", "ntkbook.report", "ntkbook.experiments"}
-
-
-def code_hash(module: ModuleType) -> str:
-    """sha256 (16 hex digits) of the source of an experiment module and of every ``ntkbook``
-    module it uses, directly or through them (the store, progress bars and formatting excluded:
-    they do not change results). Checkpoints are keyed by it, so changed code never reuses them."""
-    if module.__name__ in _CODE_HASHES:
-        return _CODE_HASHES[module.__name__]
-    seen: dict[str, ModuleType] = {}
-    todo = [module]
-    while todo:
-        mod = todo.pop()
-        if mod.__name__ in seen:
-            continue
-        seen[mod.__name__] = mod
-        for value in vars(mod).values():
-            dep = value if isinstance(value, ModuleType) else sys.modules.get(
-                getattr(value, "__module__", None) or "")
-            if (dep is not None and isinstance(getattr(dep, "__name__", None), str)
-                    and dep.__name__.startswith("ntkbook") and dep.__name__ not in _NOT_CODE
-                    and dep.__name__ not in seen and getattr(dep, "__file__", None)):
-                todo.append(dep)
-    digest = hashlib.sha256()
-    for modname in sorted(seen):
-        digest.update(modname.encode() + b"\0" + Path(seen[modname].__file__).read_bytes() + b"\0")
-    _CODE_HASHES[module.__name__] = digest.hexdigest()[:16]
-    return _CODE_HASHES[module.__name__]
-
-
 def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = False,
                  wait: bool = True) -> Result:
     """Run experiment ``name`` with ``config``, checkpointing points, and save it in ``store``.
@@ -221,7 +173,7 @@ def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = Fals
     entry is loaded, not recomputed.
     """
     module = get(name)
-    code = code_hash(module)
+    code = code_hash(module.__name__)
 
     def announce() -> None:
         est = getattr(module, "estimate_seconds", None)

@@ -1,14 +1,14 @@
 r"""The empirical NTK of a two-layer ReLU network converges to the analytic one as the width grows.
 
-Network (NTK parameterisation, the network of :mod:`ntkbook.kernels`):
+Network (NTK parameterisation, the network of :mod:`ntkbook.ntk.kernels`):
 :math:`f(x) = m^{-1/2}\sum_{r=1}^m a_r\,\mathrm{relu}(w_r\cdot x)`, :math:`w_r \sim \mathcal N(0, I)`,
 :math:`a_r = \pm 1`. Inputs: ``N`` MNIST training images, ``n_per_class`` of each of the ten digits,
 flattened to 784 pixels and scaled to unit Euclidean norm.
 
-For every width ``m`` and seed the empirical NTK is computed with :func:`ntkbook.entk.entk_layerwise`
+For every width ``m`` and seed the empirical NTK is computed with :func:`ntkbook.ntk.entk.entk_layerwise`
 (float64), split into the kernel of the first layer ``W`` (``a`` fixed, the setting of Paper A) and
 that of the read-out ``a``; ``K_all = K_W + K_a``. Both are compared with
-:func:`ntkbook.kernels.relu_ntk` (``trainable="W"`` and ``"all"``) by the relative Frobenius error
+:func:`ntkbook.ntk.kernels.relu_ntk` (``trainable="W"`` and ``"all"``) by the relative Frobenius error
 ``||K_m - Θ_∞||_F / ||Θ_∞||_F``.
 
 The eNTK is a sum over hidden units, so a wide network is processed in blocks of ``chunk`` units:
@@ -96,7 +96,7 @@ def entk_two_layer(x, width: int, seed: int, chunk: int):
     import jax
     import jax.numpy as jnp
 
-    from ntkbook import entk, kernels
+    from ntkbook.ntk import entk, kernels
 
     params = kernels.relu_network_init(jax.random.fold_in(jax.random.PRNGKey(seed), width), x.shape[1], width, dtype=jnp.float64)
     xj = jnp.asarray(x, dtype=jnp.float64)
@@ -125,7 +125,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     with jax.enable_x64(True):
         import jax.numpy as jnp
 
-        from ntkbook import kernels
+        from ntkbook.ntk import kernels
 
         theta_w = np.asarray(kernels.relu_ntk(jnp.asarray(x), trainable="W"))
         theta_all = np.asarray(kernels.relu_ntk(jnp.asarray(x), trainable="all"))
@@ -191,10 +191,10 @@ def run(config: Config, points: PointStore | None = None) -> Result:
 
 
 def scorecard(result: Result) -> list[dict]:
-    """The ``F.entk_convergence`` row of the reproduction scorecard (:mod:`ntkbook.scorecard`): the
+    """The ``F.entk_convergence`` row of the reproduction scorecard (:mod:`ntkbook.book.scorecard`): the
     log-log slope of the relative error of the first-layer eNTK against width. Verdict: reproduces
     when within 0.05 of -1/2, partly within 0.15, does not otherwise."""
-    from ntkbook.report import fmt
+    from ntkbook.numbers import fmt
 
     slope = float(result["slope_W"])
     gap = abs(slope + 0.5)

@@ -2,12 +2,12 @@
 
 For each point (layer ``L``, parameter set): the residual streams entering layer ``L`` of the N
 contexts of :mod:`ntkbook.experiments.gemma_pos_data` are computed once; the reduced operator
-``S^{1/2} K_r S^{1/2}`` (:mod:`ntkbook.gemma_entk`) is diagonalised matrix-free by Lanczos
-(:func:`ntkbook.eig.lanczos_topk`, full re-orthogonalisation, seeded, float64 vectors; the model runs
+``S^{1/2} K_r S^{1/2}`` (:mod:`ntkbook.gemma.operator`) is diagonalised matrix-free by Lanczos
+(:func:`ntkbook.ntk.eig.lanczos_topk`, full re-orthogonalisation, seeded, float64 vectors; the model runs
 in float32 at the highest matmul precision); each of the top ``k`` modes gives a score per context
-(:func:`ntkbook.gemma_entk.mode_scores`).  The baseline is PCA (top ``pca_k``) of the output of
+(:func:`ntkbook.gemma.operator.mode_scores`).  The baseline is PCA (top ``pca_k``) of the output of
 block ``L`` (the un-normalised residual entering layer ``L+1``) at the last position.  Both are
-evaluated one-vs-rest on a stratified 50 % split (:mod:`ntkbook.probe_eval`) for the eight parts of
+evaluated one-vs-rest on a stratified 50 % split (:mod:`ntkbook.gemma.probe`) for the eight parts of
 speech and the morphological "Feature=Value" tasks.  Each point is checkpointed, so a layer sweep
 resumes layer by layer.
 
@@ -79,7 +79,7 @@ def estimate_seconds(config: Config) -> float:
 def _layer_output_fn(cfg, L):
     import jax  # noqa: PLC0415
 
-    from ntkbook.models import gemma as G  # noqa: PLC0415
+    from ntkbook.gemma import model as G  # noqa: PLC0415
 
     def one(layers, h):
         lp = {k: v[L] for k, v in layers.items()}
@@ -101,8 +101,8 @@ def identity_check(params, cfg, residuals, L: int, param_set=("k_norm",), direct
     """
     import jax  # noqa: PLC0415
 
-    from ntkbook import gemma_entk as E  # noqa: PLC0415
-    from ntkbook.models import gemma as G  # noqa: PLC0415
+    from ntkbook.gemma import operator as E  # noqa: PLC0415
+    from ntkbook.gemma import model as G  # noqa: PLC0415
 
     keys = E._param_keys(param_set)
     theta = {k: params["layers"][k][L] for k in keys}
@@ -160,7 +160,7 @@ def _take(data, sel):
 
 
 def _tasks(data, config: Config):
-    from ntkbook import probe_eval as PE  # noqa: PLC0415
+    from ntkbook.gemma import probe as PE  # noqa: PLC0415
 
     classes = data["classes"]
     labels = np.asarray(data["label"])
@@ -177,13 +177,13 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     import jax  # noqa: PLC0415
 
     from ntkbook import experiments as X  # noqa: PLC0415
-    from ntkbook import gemma_entk as E  # noqa: PLC0415
-    from ntkbook import gemma_weights  # noqa: PLC0415
-    from ntkbook import probe_eval as PE  # noqa: PLC0415
-    from ntkbook.eig import check_symmetric, lanczos_topk  # noqa: PLC0415
+    from ntkbook.gemma import operator as E  # noqa: PLC0415
+    from ntkbook.gemma import weights as gemma_weights  # noqa: PLC0415
+    from ntkbook.gemma import probe as PE  # noqa: PLC0415
+    from ntkbook.ntk.eig import check_symmetric, lanczos_topk  # noqa: PLC0415
 
     points = points or PointStore(None)
-    from ntkbook.models.gemma import GemmaConfig  # noqa: PLC0415
+    from ntkbook.gemma.model import GemmaConfig  # noqa: PLC0415
 
     n_layers = GemmaConfig().n_layers  # Gemma-3-270M; checked again against the loaded weights
     for L, _ps in points_of(config):
@@ -321,7 +321,7 @@ def purity(result: Result, layer: int = 16, param_set: str = "down_proj", n: int
 
 def scorecard(result: Result) -> list[dict]:
     """Rows for B.gemma.*; verdicts from the numbers with the thresholds stated in each note."""
-    from ntkbook.report import sci
+    from ntkbook.numbers import sci
 
     rows = []
     idt = result["identity"]

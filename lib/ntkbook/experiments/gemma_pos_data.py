@@ -1,6 +1,6 @@
 """Paper B, Gemma: the TinyStories part-of-speech data set (contexts kept by the agreement filter).
 
-Builds the data set of :mod:`ntkbook.pos_data` with Gemma-3-270M (:mod:`ntkbook.gemma_weights`)
+Builds the data set of :mod:`ntkbook.gemma.pos_data` with Gemma-3-270M (:mod:`ntkbook.gemma.weights`)
 and spaCy.  Each story is one checkpointed point (its drawn candidates and which passed the
 filter), so an interrupted build resumes; the story order and the draw inside a story are seeded
 (per story and class, so a resumed build draws the same candidates, and a smaller data set is a
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ntkbook.pos_data import CLASSES
+from ntkbook.gemma.pos_data import CLASSES
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
 
@@ -51,9 +51,9 @@ def estimate_seconds(config: Config) -> float:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
-    from ntkbook import gemma_weights  # noqa: PLC0415
-    from ntkbook import pos_data as D  # noqa: PLC0415
-    from ntkbook.models import gemma as G  # noqa: PLC0415
+    from ntkbook.gemma import weights as gemma_weights  # noqa: PLC0415
+    from ntkbook.gemma import pos_data as D  # noqa: PLC0415
+    from ntkbook.gemma import model as G  # noqa: PLC0415
 
     points = points or PointStore(None)
     if config.n_per_class < 1 or config.context_len < 1:

@@ -4,7 +4,7 @@ For each data set a balanced subset of ``n = 10 * n_per_class`` raw-pixel images
 [0, 1], flattened) gives ``G = X X^T``, the attention output ``A = X X^T X`` with Gram ``G~ = G^3``,
 and the row-normalised attention output ``A^ = N A`` (``N = diag(1/||a_i||)``) with Gram
 ``G^ = N G^3 N``. Spectra come from singular values of the factors (``X``, ``A``, ``A^``; see
-:mod:`ntkbook.gram`); a naive ``eigh`` of the formed ``G~`` is stored for contrast. The result
+:mod:`ntkbook.ntk.gram`); a naive ``eigh`` of the formed ``G~`` is stored for contrast. The result
 holds the spectra, the condition numbers (full nonzero spectrum, leading-``d``, with a ridge), the
 Ostrowski interval for the row-normalised Gram and the widths they imply.
 """
@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
-from ntkbook import gram as gm
+from ntkbook.ntk import gram as gm
 from ntkbook.models import attention as att
 from ntkbook.progress import progress
-from ntkbook.report import sci
+from ntkbook.numbers import sci
 from ntkbook.store import PointStore, Result
 
 NAME = "gram_conditioning"

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ntkbook import attacks as _attacks
+from ntkbook.influence import attacks as _attacks
 from ntkbook.experiments import influence_malleability as IM
 from ntkbook.models import attention as att
 from ntkbook.progress import Progress

@@ -17,7 +17,7 @@ For each task (data set and classes), model (2L-ReLU, MLP-Attn) and seed:
    :func:`~ntkbook.models.attention.entk_W_heads`) on the training points ``K`` and test-train
    ``K_x``, float64; kernel ridge regression with ``A = K + lam I`` on targets ``Y`` (one-hot, or
    ``+-1``); the exact leave-one-out influence of every training point on the summed squared test
-   loss (:func:`ntkbook.influence.ntk_influence`), with ``lam`` and with ``n * lam``.
+   loss (:func:`ntkbook.influence.scores.ntk_influence`), with ``lam`` and with ``n * lam``.
 3. **Interventions** (weights frozen; ``K``, ``K_x`` and, for MLP-Attn, the attention transform of
    the training *and* test points recomputed on the changed training set):
 
@@ -51,9 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ntkbook import attacks as _attacks
-from ntkbook import influence as _inf
-from ntkbook import landscape as _land
+from ntkbook.influence import attacks as _attacks
+from ntkbook.influence import scores as _inf
+from ntkbook.influence import landscape as _land
 from ntkbook.models import attention as att
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -551,7 +551,7 @@ def scorecard(result: Result) -> list[dict]:
         v, ours = "does not", "no task with both models trained"
     else:
         v = "reproduces" if all(flatter) else "partly" if sum(flatter) > len(flatter) / 2 else "does not"
-        from ntkbook.report import sci
+        from ntkbook.numbers import sci
 
         ours = ", ".join(f"{t}: {sci(stat(result, t, 'relu', 'hessian_top')[0])} vs "
                          f"{sci(stat(result, t, 'attn', 'hessian_top')[0])}" for t in lt)

@@ -7,18 +7,18 @@ Two symmetric PSD operators with known spectra:
     well separated eigenvalues ``top * ratio**i`` and a bulk of ``dim - n_top`` eigenvalues uniform in
     ``[0, bulk]``. Lanczos only sees products, so a rotated diagonal matrix is as general as any.
 ``entk``
-    The matrix-free eNTK (:func:`ntkbook.entk.entk_matvec`, all parameters, float64) of the two-layer
-    ReLU network of :mod:`ntkbook.kernels` of width ``entk_width`` on ``entk_n`` MNIST training images
+    The matrix-free eNTK (:func:`ntkbook.ntk.entk.entk_matvec`, all parameters, float64) of the two-layer
+    ReLU network of :mod:`ntkbook.ntk.kernels` of width ``entk_width`` on ``entk_n`` MNIST training images
     (ten digits, flattened, unit norm); its exact spectrum comes from the materialised kernel
-    (:func:`ntkbook.entk.entk`) and ``numpy.linalg.eigvalsh``.
+    (:func:`ntkbook.ntk.entk.entk`) and ``numpy.linalg.eigvalsh``.
 
 For each operator the Lanczos recurrence is run from the same random start vector twice, as the
 plain three-term recurrence and with full re-orthogonalisation (two classical Gram-Schmidt passes, as
-in :func:`ntkbook.eig.lanczos_topk`), and after every step ``s`` all Ritz values (the eigenvalues of
+in :func:`ntkbook.ntk.eig.lanczos_topk`), and after every step ``s`` all Ritz values (the eigenvalues of
 the leading ``s x s`` block of ``T``) and the loss of orthogonality ``max_{i<s} |q_s . q_i|`` are
-recorded: :func:`ntkbook.eig.lanczos_topk` returns only the final Ritz pairs, so the experiment keeps
+recorded: :func:`ntkbook.ntk.eig.lanczos_topk` returns only the final Ritz pairs, so the experiment keeps
 its own short recorder of the recurrence (:func:`lanczos_record`). As a cross-check the library's
-:func:`ntkbook.eig.lanczos_topk` is run with the same number of steps in both modes, and the ghosts
+:func:`ntkbook.ntk.eig.lanczos_topk` is run with the same number of steps in both modes, and the ghosts
 in its output are counted too.
 
 A *ghost* is a surplus copy of a converged eigenvalue: for each of the top ``n_check`` exact
@@ -161,7 +161,7 @@ def entk_operator(config: Config):
     import jax
     import jax.numpy as jnp
 
-    from ntkbook import entk, kernels
+    from ntkbook.ntk import entk, kernels
     from ntkbook.experiments.entk_convergence import inputs
 
     x, _ = inputs(config.entk_n_per_class, config.seed)
@@ -175,7 +175,7 @@ def entk_operator(config: Config):
 
 
 def _study(name, matvec, exact, dim, steps, config, library_matvec):
-    from ntkbook import eig
+    from ntkbook.ntk import eig
 
     rng = np.random.default_rng([config.seed, 3])
     q0 = rng.standard_normal(dim)
@@ -236,7 +236,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
 
 
 def scorecard(result: Result) -> list[dict]:
-    """The ``B.lanczos`` row of the reproduction scorecard (:mod:`ntkbook.scorecard`): with full
+    """The ``B.lanczos`` row of the reproduction scorecard (:mod:`ntkbook.book.scorecard`): with full
     reorthogonalisation, does Lanczos give the dense top-k eigenvalues (relative error <= 1e-8)
     within about 2k products? Verdict: reproduces when both operators (synthetic and eNTK) reach
     1e-10 within 3k steps, partly when they match dense only with more steps, does not when they

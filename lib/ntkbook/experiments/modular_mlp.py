@@ -3,13 +3,13 @@
 For each seed: train the mean-field x² MLP of :mod:`ntkbook.models.modular` on a random 70% of
 the ``p²`` pairs (AdamW, full batch, MSE on one-hot targets), logging accuracies and losses every
 epoch; every ``snapshot_every`` epochs compute the class-mean eNTK of all ``p²`` inputs (float64,
-:func:`ntkbook.entk.entk`, chunked), its full spectrum (:func:`ntkbook.eig.dense_topk`), its
-cliffs (:func:`ntkbook.features.find_cliffs`, after setting the constant mode aside) and the
-overlaps of the cliffs with Fourier feature spaces (:mod:`ntkbook.features`).  Each
+:func:`ntkbook.ntk.entk.entk`, chunked), its full spectrum (:func:`ntkbook.ntk.eig.dense_topk`), its
+cliffs (:func:`ntkbook.ntk.features.find_cliffs`, after setting the constant mode aside) and the
+overlaps of the cliffs with Fourier feature spaces (:mod:`ntkbook.ntk.features`).  Each
 (seed, snapshot) is one checkpointed point, so an interrupted paper run resumes.  For the first
 seed, the top eigenvectors at initialisation, at memorisation and at the end are kept for
-pictures, and the matrix-free Lanczos path (:func:`ntkbook.entk.entk_matvec` +
-:func:`ntkbook.eig.lanczos_topk`) is checked against the dense one on the final model.
+pictures, and the matrix-free Lanczos path (:func:`ntkbook.ntk.entk.entk_matvec` +
+:func:`ntkbook.ntk.eig.lanczos_topk`) is checked against the dense one on the final model.
 
 Run every paper-scale variant the chapter needs (main preset, ReLU, larger p) with
 ``python -m ntkbook.experiments.modular_mlp --scale paper``.
@@ -28,9 +28,9 @@ import numpy as np
 import optax
 import scipy.linalg
 
-from ntkbook import eig as _eig
-from ntkbook import entk as _entk
-from ntkbook import features as F
+from ntkbook.ntk import eig as _eig
+from ntkbook.ntk import entk as _entk
+from ntkbook.ntk import features as F
 from ntkbook.models import modular as M
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -56,7 +56,7 @@ class Config:
     epochs: int = 500
     snapshot_every: int = 10
     seeds: tuple[int, ...] = (0, 1, 2)
-    kernel: str = "engine"  # "engine" (ntkbook.entk) or "closed_form" (the model's formula)
+    kernel: str = "engine"  # "engine" (ntkbook.ntk.entk) or "closed_form" (the model's formula)
     n_eigvecs: int = 120  # eigenvectors kept (first seed, three snapshots) for pictures
     crosscheck: bool = True  # engine vs closed form, Lanczos vs dense, on the final model of seed 0
     crosscheck_k: int = 0  # eigenpairs compared; 0: both theory windows + constant mode + 8
@@ -72,7 +72,7 @@ class Config:
 
     @classmethod
     def paper(cls) -> "Config":
-        # Every snapshot kernel goes through the generic engine (ntkbook.entk), as in the paper;
+        # Every snapshot kernel goes through the generic engine (ntkbook.ntk.entk), as in the paper;
         # this takes minutes on a GPU but hours on a 2-core CPU (~2-5 min per kernel), where
         # ``kernel="closed_form"`` gives the same kernels (checked to round-off) in seconds.
         return cls(kernel="engine")
@@ -210,7 +210,7 @@ def analyse_kernel(K: np.ndarray, p: int, bases: dict[str, np.ndarray] | None = 
     """Spectrum, constant mode, cliffs and Fourier overlaps of a kernel on the ``p²`` grid.
 
     Rule: the eigenvector with the largest weight on the constant vector is the *constant mode*
-    when that weight exceeds 1/2; it is set aside, and :func:`ntkbook.features.find_cliffs`
+    when that weight exceeds 1/2; it is set aside, and :func:`ntkbook.ntk.features.find_cliffs`
     (defaults: significant drops are at least 10x the median log-drop, blocks of at least 2,
     searched in the top half of the spectrum) runs on the remaining eigenvalues.  Cliff sizes
     therefore exclude the constant mode; a cliff that is not found has size 0 and NaN overlaps.
@@ -261,10 +261,10 @@ def analyse_kernel(K: np.ndarray, p: int, bases: dict[str, np.ndarray] | None = 
 def crosscheck(config: Config, params, lam_used: np.ndarray, k: int) -> dict[str, Any]:
     """The kernel paths against each other on one model.
 
-    1. Dense eNTK from the engine (:func:`ntkbook.entk.entk`, class-mean, chunked) against the
+    1. Dense eNTK from the engine (:func:`ntkbook.ntk.entk.entk`, class-mean, chunked) against the
        model's closed form (:func:`ntkbook.models.modular.class_mean_entk_closed_form`).
-    2. Top-``k`` eigenpairs of the matrix-free engine operator (:func:`ntkbook.entk.entk_matvec`)
-       by Lanczos (:func:`ntkbook.eig.lanczos_topk`) against :func:`ntkbook.eig.dense_topk` of the
+    2. Top-``k`` eigenpairs of the matrix-free engine operator (:func:`ntkbook.ntk.entk.entk_matvec`)
+       by Lanczos (:func:`ntkbook.ntk.eig.lanczos_topk`) against :func:`ntkbook.ntk.eig.dense_topk` of the
        engine's dense kernel: relative eigenvalue errors, and subspace overlaps (fraction of the
        dimension) of the top-``e`` spaces at every cliff edge ``e``.
     """
@@ -509,7 +509,7 @@ PAPER_GROKKING = (75, 100)
 
 def _pm(values, spec: str = ".0f") -> str:
     """``mean ± std`` over seeds (just the value for one seed)."""
-    from ntkbook.report import fmt
+    from ntkbook.numbers import fmt
 
     v = np.asarray(values, dtype=float)
     if v.size > 1:
@@ -518,7 +518,7 @@ def _pm(values, spec: str = ".0f") -> str:
 
 
 def scorecard(result: Result) -> list[dict]:
-    """Rows of the reproduction scorecard (:mod:`ntkbook.scorecard`) from a result, verdicts by
+    """Rows of the reproduction scorecard (:mod:`ntkbook.book.scorecard`) from a result, verdicts by
     the thresholds stated in each note:
 
     - ``B.mlp.grokking``: reproduces when every seed ends at >= 95% test accuracy and the mean
@@ -535,7 +535,7 @@ def scorecard(result: Result) -> list[dict]:
       initialisation is below half its final value: reproduces for every seed, partly for at
       least half of them.
     """
-    from ntkbook.report import sci
+    from ntkbook.numbers import sci
 
     cfg = result.config
     p, S, every = int(cfg["p"]), len(cfg["seeds"]), int(cfg["snapshot_every"])

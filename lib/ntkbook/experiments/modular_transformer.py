@@ -14,7 +14,7 @@ For every run: the training and test loss and accuracy after every epoch; every
 top eigenvectors of the W_U and W_out mean-logit kernels, by the cheap exact route (they are
 ``H H^T / C`` and ``|W_U 1|² A A^T / C²`` with ``H`` the final residual stream and ``A`` the MLP
 activations at the read-out position, so their eigenvectors are left singular vectors of ``H`` and
-``A``); at the end the key frequencies (:func:`ntkbook.features.key_frequencies`), the overlaps of
+``A``); at the end the key frequencies (:func:`ntkbook.ntk.features.key_frequencies`), the overlaps of
 every snapshot with the Fourier features at those frequencies, and, for a run that grokked, the
 nine layer-wise mean-logit eNTKs on all ``p²`` inputs with their spectra and the Fourier content
 of their top eigenvectors.  For the *main* run (the replay when it runs for ``epochs``, else the
@@ -37,9 +37,9 @@ import optax
 import scipy.linalg
 
 from ntkbook import data as _data
-from ntkbook import eig as _eig
-from ntkbook import entk as _entk
-from ntkbook import features as F
+from ntkbook.ntk import eig as _eig
+from ntkbook.ntk import entk as _entk
+from ntkbook.ntk import features as F
 from ntkbook.models import transformer as T
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -278,7 +278,7 @@ def group_kernels(params, p: int, reduction: str, batch_size: int | None = None)
     """The nine layer-wise eNTKs ``(p², p²)`` on all inputs, float64.
 
     ``reduction`` ``"mean_logit"`` (the author's: the full kernel averaged over all ``C × C``
-    output pairs, :func:`ntkbook.entk.entk_mean_logit`) or ``"trace"`` (the class-diagonal trace
+    output pairs, :func:`ntkbook.ntk.entk.entk_mean_logit`) or ``"trace"`` (the class-diagonal trace
     ``(1/C) Σ_c K_cc``, the engine's ``"class_mean"``), with ``C = p + 1`` logits.
     """
     x, _ = T.dataset(p)
@@ -298,7 +298,7 @@ def leading_family(content: np.ndarray, n: int) -> str:
     """The Fourier family that comes first: among the top eigenvectors whose largest share is not
     the constant, take the first ``n`` and return the family (axis sum, axis difference, sum or
     difference) holding most of their weight.  ``content`` rows as from
-    :func:`ntkbook.features.fourier_content`, in rank order."""
+    :func:`ntkbook.ntk.features.fourier_content`, in rank order."""
     rows = [c for c in content if int(np.argmax(c)) != 0][:n]
     if not rows:
         return "const"
@@ -309,7 +309,7 @@ def leading_family(content: np.ndarray, n: int) -> str:
 def analyse_group(K: np.ndarray, p: int, bases: dict[str, np.ndarray], n_keep: int) -> dict[str, Any]:
     """Spectrum and Fourier content of one ``(p², p²)`` kernel at the key frequencies.
 
-    Cliffs: :func:`ntkbook.features.find_cliffs` on the top 40 eigenvalues (at most two, blocks of
+    Cliffs: :func:`ntkbook.ntk.features.find_cliffs` on the top 40 eigenvalues (at most two, blocks of
     one allowed).  Window: the top ``4K+1`` eigenvectors (constant + axis sum + sum if the paper's picture holds,
     K key frequencies).  Returned: eigenvalues (descending, all), the top ``n_keep`` eigenvectors,
     their content shares and additive shares, the window's overlaps with every family (fractions of

@@ -385,8 +385,8 @@ def cone_statistics(z, n_hyperplanes: int, seed: int = 0) -> tuple[dict, np.ndar
 def schur_check(z_train, x_train_raw, kappa_theta: float, attend: bool) -> dict:
     """Condition numbers of the step "``kappa(Theta) <= kappa(G_in)``" (Schur product theorem) and,
     for MLP-Attn, of ``kappa(G_in) ~ kappa(G)^3``: all over the nonzero spectrum, from singular
-    values (:mod:`ntkbook.gram`)."""
-    from ntkbook import gram as gm
+    values (:mod:`ntkbook.ntk.gram`)."""
+    from ntkbook.ntk import gram as gm
 
     _, rank_in, k_in = gm.factor_spectrum(z_train)
     out = {"kappa_Theta": float(kappa_theta), "kappa_G_in": k_in, "rank_G_in": rank_in,

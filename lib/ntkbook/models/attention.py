@@ -34,7 +34,7 @@ Because only ``W`` is trained, the empirical NTK has the closed form
 .. math:: \hat\Theta(x, x') = (x\cdot x')\;\frac1m\sum_r \mathbf 1[w_r\cdot x>0]\,\mathbf 1[w_r\cdot x'>0],
 
 (:func:`entk_W`), and its infinite-width limit is the arc-cosine kernel of degree 0 times
-:math:`x\cdot x'` (:func:`ntk`, which is ``ntkbook.kernels.relu_ntk(..., trainable="W")``).
+:math:`x\cdot x'` (:func:`ntk`, which is ``ntkbook.ntk.kernels.relu_ntk(..., trainable="W")``).
 """
 
 from __future__ import annotations
@@ -166,13 +166,13 @@ def entk_W(params, x1, x2=None):
 
 def ntk(x1, x2=None):
     """Analytic infinite-width NTK (W trained, a fixed) of the two-layer ReLU net, float64 numpy:
-    ``ntkbook.kernels.relu_ntk(x1, x2, trainable="W")``.
+    ``ntkbook.ntk.kernels.relu_ntk(x1, x2, trainable="W")``.
 
     For MLP-Attn pass the attention-transformed inputs (see :func:`transform`): the NTK of the
     cascade is the ReLU NTK evaluated on them. ``x2=None`` gives the symmetric train-train kernel
     with an exact diagonal.
     """
-    from ntkbook.kernels import relu_ntk
+    from ntkbook.ntk.kernels import relu_ntk
 
     with jax.enable_x64(True):
         a = jnp.asarray(np.asarray(x1, dtype=np.float64))

@@ -87,7 +87,7 @@ def apply(params, x, activation: str = "square"):
 
 
 def make_apply(activation: str = "square"):
-    """``f(params, x) -> (p,)`` with the activation fixed (what :mod:`ntkbook.entk` expects)."""
+    """``f(params, x) -> (p,)`` with the activation fixed (what :mod:`ntkbook.ntk.entk` expects)."""
     _check_activation(activation)
 
     def f(params, x):

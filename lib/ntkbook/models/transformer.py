@@ -2,7 +2,7 @@ r"""The one-layer transformer of Paper B on modular addition, as pure functions 
 
 Task: the ``p²`` inputs are token triples ``(a, b, =)`` with ``a, b ∈ {0, …, p-1}`` and the
 token ``=`` equal to ``p`` (vocabulary ``p + 1``), in a-major order (row ``n = a * p + b``, as
-:func:`ntkbook.features.grid`); the label is ``(a + b) mod p``.
+:func:`ntkbook.ntk.features.grid`); the label is ``(a + b) mod p``.
 
 Model (the author's notebook ``modular_arithmetic_transformer_v4.ipynb``: no LayerNorm, no biases)
 

@@ -9,7 +9,7 @@ Cache (under ``$NTKBOOK_MODEL_CACHE``, default ``~/.cache/ntkbook``, never in th
 
     gemma3-270m/gemma-3-270m-q4_k_m.gguf       the assembled file (sha256 checked by the package)
     gemma3-270m/f32-v1/<name>.npy              dequantised arrays in the layout of
-                                               :mod:`ntkbook.models.gemma` (layers stacked)
+                                               :mod:`ntkbook.gemma.model` (layers stacked)
     gemma3-270m/f32-v1/tokenizer.model         sentencepiece model rebuilt from the vocabulary
     gemma3-270m/f32-v1/manifest.json           config, GGUF sha256, size and sha256 of every file
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ntkbook.models.gemma import LAYER_KEYS, GemmaConfig
+from ntkbook.gemma.model import LAYER_KEYS, GemmaConfig
 
 __all__ = ["cache_root", "gguf_path", "load", "load_numpy", "build_cache", "WeightsError"]
 
@@ -173,7 +173,7 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
 
 def build_cache(root: Path | None = None) -> Path:
     """(Re)build the float32 cache from the GGUF; returns the cache folder."""
-    from ntkbook.tokenizer import build_sentencepiece_model  # noqa: PLC0415
+    from ntkbook.gemma.tokenizer import build_sentencepiece_model  # noqa: PLC0415
 
     root = root or cache_root()
     folder = root / MODEL_DIR / FORMAT
@@ -254,7 +254,7 @@ def load_numpy(root: Path | None = None) -> tuple[GemmaConfig, dict, Path]:
 def unembedding_gram_sqrt(params, root: Path | None = None) -> np.ndarray:
     """``(U^T U)^{1/2}`` (d x d, float64) of the unembedding, cached next to the weights (keyed by the
     weights' sha256; recomputed, with a message, when missing or not matching)."""
-    from ntkbook.gemma_entk import gram_sqrt  # noqa: PLC0415
+    from ntkbook.gemma.operator import gram_sqrt  # noqa: PLC0415
 
     folder = (root or cache_root()) / MODEL_DIR / FORMAT  # checked when the weights were loaded
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -282,7 +282,7 @@ def load(root: Path | None = None):
     """``(config, params as JAX arrays, tokenizer)`` of Gemma-3-270M (dequantised Q4_K_M)."""
     import jax  # noqa: PLC0415
 
-    from ntkbook.tokenizer import GemmaTokenizer  # noqa: PLC0415
+    from ntkbook.gemma.tokenizer import GemmaTokenizer  # noqa: PLC0415
 
     cfg, params, folder = load_numpy(root)
     params = jax.tree_util.tree_map(jax.numpy.asarray, params)

@@ -11,7 +11,7 @@ whole vector for 1-D leaves.  This makes slices of networks whose weights have d
 comparable.  A 1-D slice is ``t -> L(theta + t D)``, a 2-D slice ``(s, t) -> L(theta + s D1 + t D2)``.
 
 Sharpness is the top eigenvalue of the Hessian of the loss, found by Lanczos
-(:func:`ntkbook.eig.lanczos_topk`) on Hessian-vector products (:func:`ntkbook.eig.hvp_operator`),
+(:func:`ntkbook.ntk.eig.lanczos_topk`) on Hessian-vector products (:func:`ntkbook.ntk.eig.hvp_operator`),
 never forming the Hessian.  ``frozen`` leaves (e.g. fixed output heads) are excluded from both.
 """
 
@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ntkbook import eig as _eig
+from ntkbook.ntk import eig as _eig
 
 __all__ = ["filter_normalized_direction", "slice_1d", "slice_2d", "top_hessian_eigenvalue"]
 
@@ -74,7 +74,7 @@ def top_hessian_eigenvalue(loss_fn: Callable, params, *, trainable: Sequence[str
                            k: int = 1, num_steps: int = 20, seed: int = 0):
     """Top-``k`` Hessian eigenvalues of ``loss_fn(params)`` with respect to the leaves ``trainable``
     (default: all), by Lanczos on Hessian-vector products.  Returns the
-    :class:`ntkbook.eig.EigResult` (eigenvalues descending, Ritz residual estimates)."""
+    :class:`ntkbook.ntk.eig.EigResult` (eigenvalues descending, Ritz residual estimates)."""
     names = sorted(params) if trainable is None else list(trainable)
     missing = [n for n in names if n not in params]
     if missing:

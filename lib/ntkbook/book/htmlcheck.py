@@ -168,10 +168,10 @@ _REPORT_JS = r"""
     findAll(shown, /\[\s*(['"])[^'"\]]{1,60}\1\s*\]|\{\s*(['"])[^'"]{1,60}\2\s*:|\barray\(|\bnp\.float(32|64)\(|\bdict_keys\(/g,
             'Python repr', leftovers);
     findAll(shown, /computing \S+ \(config [0-9a-f]+|\d+\/\d+ \(\s*\d+%\) elapsed/g,
-            'progress log (ntkbook.bookbuild moves it to _build/<scale>/logs)', leftovers);
+            'progress log (ntkbook.book.build moves it to _build/<scale>/logs)', leftovers);
     findAll(prose, /(^|[^\w.])-0\.0+(?![\d])/g, 'negative zero', leftovers);
     findAll(prose, /(?<![\w./])\d\.\d{9,}/g, 'number with more than eight decimals', leftovers);
-    findAll(prose, /\b\d(\.\d+)?e[+-]\d+\b/g, 'e-notation in prose (use ntkbook.report.sci)', leftovers);
+    findAll(prose, /\b\d(\.\d+)?e[+-]\d+\b/g, 'e-notation in prose (use ntkbook.numbers.sci)', leftovers);
     var out = {
       title: document.title,
       width: window.innerWidth,

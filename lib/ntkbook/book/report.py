@@ -1,15 +1,13 @@
-"""Small helpers chapters use to show results: figures, Markdown tables, number formats, and the
-lines every chapter shows under its title (where its numbers come from, how to re-run it)."""
+"""Small helpers chapters use to show results: figures, Markdown tables, and the lines every
+chapter shows under its title (where its numbers come from, how to re-run it). Number formats
+are :mod:`ntkbook.numbers`."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Sequence
 
-__all__ = ["show", "markdown_table", "sci", "fmt", "MarkdownText", "provenance_line", "run_this_chapter"]
-
-_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
+__all__ = ["show", "markdown_table", "MarkdownText", "preset_of", "device_label", "provenance_line",
+           "run_this_chapter"]
 
 def show(fig):
     """Close ``fig`` (so the inline backend does not draw it a second time) and return it, so
@@ -29,33 +27,6 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]):
     return Markdown("\n".join(lines))
 
 
-def sci(x: Any, digits: int = 2) -> str:
-    """A number in scientific notation with Unicode exponents, e.g. ``3.10×10¹⁸``; plain for
-    magnitudes between 10⁻² and 10², ``∞`` for infinity, ``n/a`` for None or NaN. Strings (the
-    store writes inf/nan as strings) are parsed first."""
-    if isinstance(x, str):
-        x = float(x)
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "∞" if x == math.inf else "n/a"
-    if x == 0:
-        return "0"
-    e = int(math.floor(math.log10(abs(x))))
-    if -2 <= e <= 2:
-        return f"{x:.{digits + 1}g}"
-    return f"{x / 10**e:.{digits}f}×10{str(e).translate(_SUPERSCRIPTS)}"
-
-
-def fmt(x: Any, spec: str = ".2f") -> str:
-    """``format(x, spec)``, or ``n/a`` for None and non-finite numbers. A value that rounds to
-    zero prints without a sign (``0.00``, never ``-0.00``)."""
-    if x is None or not math.isfinite(float(x)):
-        return "n/a"
-    out = format(x, spec)
-    if out.startswith("-") and not any(c in "123456789" for c in out.split("e")[0]):
-        out = out[1:]
-    return out
-
-
 class MarkdownText(str):
     """A string that Jupyter displays as Markdown (``_repr_markdown_``), so a cell ending in it
     shows rendered text in the book rather than a quoted Python string. It is still a ``str``:
@@ -65,7 +36,7 @@ class MarkdownText(str):
         return str(self)
 
 
-def _scale_of(result) -> tuple[str, list[str]]:
+def preset_of(result) -> tuple[str, list[str]]:
     """``("paper" | "smoke" | "custom", differences)``: which preset a result's config is, and
     the fields (``name=value``) in which it differs from the nearest preset."""
     import dataclasses
@@ -92,7 +63,7 @@ def _plain(v):
     return v
 
 
-def _device(prov: dict) -> str:
+def device_label(prov: dict) -> str:
     dev = str(prov.get("device") or "unknown device")
     return "CPU" if dev.lower() == "cpu" else dev
 
@@ -110,7 +81,7 @@ def provenance_line(result, *more) -> MarkdownText:
     parts = []
     for r in (result, *more):
         prov = r.provenance or {}
-        scale, changed = _scale_of(r)
+        scale, changed = preset_of(r)
         what = f"`{r.name}` at {scale} scale" if scale in ("paper", "smoke") else f"`{r.name}`"
         if changed:
             shown = ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
@@ -124,17 +95,19 @@ def provenance_line(result, *more) -> MarkdownText:
         took = f" in {format_seconds(float(wall))}" if wall is not None else ""
         resumed = prov.get("resumed_points")
         res_txt = f" ({resumed} points resumed from an earlier run)" if resumed else ""
-        parts.append(f"{what}, computed on {date} on {_device(prov)} at {at}{took}{res_txt}")
+        parts.append(f"{what}, computed on {date} on {device_label(prov)} at {at}{took}{res_txt}")
     return MarkdownText("**Provenance.** Numbers from " + "; ".join(parts) + ".")
 
 
 def _chapter_times(chapter: str, times_file=None) -> dict[str, float]:
     """Measured wall times (s) of executing ``book/<chapter>.md`` per scale, from
-    ``results/chapters.json`` (written by ``python -m ntkbook.bookbuild --record-times``)."""
+    ``results/chapters.json`` (written by ``python -m ntkbook.book.build --record-times``)."""
     import json
     from pathlib import Path
 
-    path = Path(times_file) if times_file else Path(__file__).resolve().parents[2] / "results" / "chapters.json"
+    from ntkbook.paths import repo_root
+
+    path = Path(times_file) if times_file else repo_root() / "results" / "chapters.json"
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
@@ -179,10 +152,10 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
             t.append(f"{what} {format_seconds(float(times[scale]['seconds']))}{on}")
     computed = []
     for r in results:
-        scale, changed = _scale_of(r)
+        scale, changed = preset_of(r)
         wall = (r.provenance or {}).get("wall_time_s")
         if scale == "paper" and not changed and wall is not None:
-            computed.append(f"`{r.name}` {format_seconds(float(wall))} on {_device(r.provenance)}")
+            computed.append(f"`{r.name}` {format_seconds(float(wall))} on {device_label(r.provenance)}")
     time_line = "- **Time** to execute: " + ("; ".join(t) if t else "not measured yet") + "."
     if computed:
         time_line += " Recomputing the paper-scale results took " + ", ".join(computed) + "."

@@ -11,7 +11,7 @@ Parameters are a dict of arrays (weights in PyTorch's ``(out, in)`` layout, so a
       ffn_norm (L, d)    gate (L, F, d)   up (L, F, d)       down (L, d, F)    post_ffn_norm (L, d)
 
 RMSNorm scales are *multiplied* as stored: the GGUF file already stores Gemma's ``1 + w`` (see
-:mod:`ntkbook.gemma_weights`), and the random test model draws scales near 1.
+:mod:`ntkbook.gemma.weights`), and the random test model draws scales near 1.
 
 One layer (pre- and post-norms on both sub-blocks, as in Gemma-3)::
 

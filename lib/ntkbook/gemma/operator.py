@@ -16,7 +16,7 @@ chapter derives it; :func:`logit_kernel_dense` lets the tests check it).
 Products are matrix-free: ``K~ w = S^{1/2} J_r (J_r^T (S^{1/2} w))``, one vector-Jacobian product
 (summed over chunks of contexts) and one Jacobian-vector product (per chunk), each running only
 layers ``L..end`` from the stored residual stream entering layer ``L``
-(:func:`ntkbook.models.gemma.forward_from`).  Memory is bounded by the chunk size.  The contexts of
+(:func:`ntkbook.gemma.model.forward_from`).  Memory is bounded by the chunk size.  The contexts of
 a chunk are sharded over all local devices with :mod:`jax.sharding` (a 1-D mesh over the context
 axis; XLA's SPMD partitioner inserts the all-reduce of the VJP's sum), so the same code runs on one
 CPU, several forced host devices or a GPU.
@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ntkbook.models import gemma as G
+from ntkbook.gemma import model as G
 
 __all__ = [
     "PARAM_SETS",
@@ -149,7 +149,7 @@ def layer_operator(params, cfg: G.GemmaConfig, residuals, L: int, *,
     """The matrix-free operator ``S^{1/2} K_r S^{1/2}`` at layer ``L`` (``K_r`` if ``gram_half`` is None).
 
     Args:
-      params, cfg: the model (:mod:`ntkbook.models.gemma`).
+      params, cfg: the model (:mod:`ntkbook.gemma.model`).
       residuals: ``(N, T, d)`` residual streams entering layer ``L`` (:func:`compute_residuals`).
       L: the layer (0 <= L < n_layers).
       param_set: ``"down_proj"`` (the author's choice), ``"layer"`` (every parameter of layer L) or a

@@ -35,7 +35,7 @@ nearly parallel distinct inputs have relative errors up to ~1e-8 in float64; wit
 diagonal uses :math:`\theta = 0` exactly.
 
 For Monte Carlo checks :func:`relu_network_init` / :func:`relu_network_apply` give the finite-width
-network in the per-example convention of :mod:`ntkbook.entk` (output shape ``(1,)``), with parameters
+network in the per-example convention of :mod:`ntkbook.ntk.entk` (output shape ``(1,)``), with parameters
 ``{"W": (m, d), "a": (m,)}``; the empirical NTK with ``param_filter="W"`` converges to
 :func:`relu_ntk` with ``trainable="W"``, and over all parameters to ``trainable="all"``.
 """
@@ -107,7 +107,7 @@ def relu_network_init(key, d: int, m: int, *, a_dist: str = "sign", dtype=None):
 
 def relu_network_apply(params, x):
     r""":math:`f(x) = m^{-1/2} \sum_r a_r \mathrm{relu}(w_r \cdot x)` for ONE input ``x`` (d,);
-    returns shape ``(1,)`` (the per-example convention of :mod:`ntkbook.entk`)."""
+    returns shape ``(1,)`` (the per-example convention of :mod:`ntkbook.ntk.entk`)."""
     W, a = params["W"], params["a"]
     h = jax.nn.relu(jnp.matmul(W, x, precision=jax.lax.Precision.HIGHEST))
     return (jnp.dot(a, h, precision=jax.lax.Precision.HIGHEST) / jnp.sqrt(W.shape[0]))[None]

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-__all__ = ["Claim", "Row", "CATALOGUE", "VERDICTS", "NOT_MEASURED", "section_label", "collect",
+from ntkbook.verdicts import VERDICTS
+
+__all__ = ["Claim", "Row", "CATALOGUE", "NOT_MEASURED", "section_label", "collect",
            "rows_from", "book_labels", "markdown", "verdict_counts", "claim_line"]
 
-VERDICTS = ("reproduces", "partly", "does not")
 NOT_MEASURED = "not yet measured"
 
 
@@ -170,12 +171,12 @@ class Row:
 
 
 def _source(result) -> str:
-    from ntkbook.report import _device, _scale_of
+    from ntkbook.book.report import device_label, preset_of
 
     prov = result.provenance or {}
-    scale, changed = _scale_of(result)
+    scale, changed = preset_of(result)
     what = f"{scale} scale" + (" (changed: " + ", ".join(changed) + ")" if changed else "")
-    return f"`{result.name}`, {what}, {_device(prov)}, {str(prov.get('date') or '')[:10]}"
+    return f"`{result.name}`, {what}, {device_label(prov)}, {str(prov.get('date') or '')[:10]}"
 
 
 def _check(rows: Any, module: str) -> list[dict]:
@@ -221,7 +222,8 @@ def collect(experiments: Iterable[str] | None = None) -> list[Row]:
     leaves its claims "not yet measured"). Where the paper preset is not stored, an experiment's
     ``SCORECARD_FALLBACKS`` (config overrides, e.g. a smaller N the CPU could afford) are tried
     in order; the row then names the changed fields."""
-    from ntkbook.experiments import EXPERIMENTS, make_config, results_dir
+    from ntkbook.experiments import EXPERIMENTS, make_config
+    from ntkbook.paths import results_dir
     from ntkbook.store import Store
 
     store = Store(results_dir())
@@ -249,7 +251,7 @@ _LABEL = re.compile(r"^\(([^()\s]+)\)=\s*$", re.M)
 
 def book_labels(repo: Path | None = None) -> set[str]:
     """Labels ``(name)=`` defined in the chapters of ``_toc.yml`` (the ones the build will know)."""
-    from ntkbook.bookbuild import REPO, toc_chapters
+    from ntkbook.book.build import REPO, toc_chapters
 
     repo = repo or REPO
     labels: set[str] = set()
@@ -314,7 +316,7 @@ def claim_line(claim_id: str, rows: list[dict]):
 
         claim_line("B.mlp.grokking", modular_mlp.scorecard(res))
     """
-    from ntkbook.report import MarkdownText
+    from ntkbook.book.report import MarkdownText
 
     c = _BY_ID[claim_id]
     paper = {"A": "Paper A", "B": "Paper B"}.get(c.paper, "Expected")

@@ -1,6 +1,6 @@
 """Build the book: jupytext -> papermill (with the chapter's ``scale``) -> jupyter-book.
 
-``python -m ntkbook.bookbuild --scale paper`` (what ``make book`` runs):
+``python -m ntkbook.book.build --scale paper`` (what ``make book`` runs):
 
 1. every chapter listed in ``_toc.yml`` (``book/*.md``, jupytext MyST notebooks) is converted to a
    notebook and executed by papermill with the parameter ``scale``; papermill's injected
@@ -41,11 +41,13 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from ntkbook.paths import repo_root
+
+REPO = repo_root()
 STAGED = ("_config.yml", "_toc.yml", "references.bib")
 #: folder of the staged sources holding the chapters' MyST files (html_extra_path in _config.yml)
 MYST_DIR = "_myst"
-#: per-scale execution times of the chapters, read by ntkbook.report.run_this_chapter
+#: per-scale execution times of the chapters, read by ntkbook.book.report.run_this_chapter
 TIMES_FILE = REPO / "results" / "chapters.json"
 #: lines of progress output (ntkbook.progress; the "computing ..." and "waiting for ..." lines of the store)
 PROGRESS_LINE = re.compile(
@@ -358,13 +360,13 @@ def _add_myst_download(app, pagename, templatename, context, doctree):
 
 
 def setup(app):
-    """Sphinx entry point (``ntkbook.bookbuild`` in ``_config.yml``'s extra_extensions)."""
+    """Sphinx entry point (``ntkbook.book.build`` in ``_config.yml``'s extra_extensions)."""
     app.connect("html-page-context", _add_myst_download, priority=502)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ntkbook.bookbuild", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ntkbook.book.build", description=__doc__.split("\n")[0])
     parser.add_argument("--scale", choices=("smoke", "paper"), default=os.environ.get("SCALE", "paper"))
     parser.add_argument("--execute-only", nargs="*", metavar="CHAPTER",
                         help="only execute these chapters (all when none given); do not render")
