@@ -51,6 +51,18 @@ PAPER = {
 }
 
 
+#: the scalar keys of each training's network; every key of
+#: :data:`ntkbook.influence.interventions.SCORE_KEYS` is stored with the training's prefix too
+#: (e.g. ``standard/adversarial/pgd/flip``, ``adversarial/null_adversarial/random/flip``)
+NETWORK_KEYS = {
+    "standard": {"train_loss": "standard/train_loss", "train_acc": "standard/train_acc",
+                 "test_acc": "standard/test_acc", "robust_train_acc": "standard/robust_train_acc"},
+    "adversarial": {"train_loss": "adversarial/train_loss", "train_acc": "adversarial/train_acc",
+                    "test_acc": "adversarial/test_acc",
+                    "robust_train_acc": "adversarial/robust_train_acc"},
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Standard against PGD adversarial training (module docstring). ``paper()``: MNIST and CIFAR-10
@@ -120,13 +132,14 @@ def _point(data, task: str, model: str, seed: int, config: Config):
     arrays["adv_loss_curve"] = ahist["adv_loss"]
     arrays["std_loss_curve"] = np.asarray(hist["loss"], np.float64)
     for tag, params in (("standard", std), ("adversarial", adv)):
+        keys = NETWORK_KEYS[tag]
         out_tr = np.asarray(att.apply_heads(params, jnp.asarray(ztr, jnp.float32)))
         out_te = np.asarray(att.apply_heads(params, jnp.asarray(zte, jnp.float32)))
-        sc[f"{tag}/train_loss"] = float(data_loss(jnp.asarray(out_tr), jnp.asarray(ytr), C))
-        sc[f"{tag}/train_acc"] = accuracy(out_tr, ltr, C)
-        sc[f"{tag}/test_acc"] = accuracy(out_te, lte, C)
+        sc[keys["train_loss"]] = float(data_loss(jnp.asarray(out_tr), jnp.asarray(ytr), C))
+        sc[keys["train_acc"]] = accuracy(out_tr, ltr, C)
+        sc[keys["test_acc"]] = accuracy(out_te, lte, C)
         # robustness: accuracy on PGD versions of the training points (context: clean set)
-        sc[f"{tag}/robust_train_acc"] = training.robust_accuracy(
+        sc[keys["robust_train_acc"]] = training.robust_accuracy(
             params, xtr, ytr, ltr, C, attend, eps=config.eps, steps=config.pgd_steps,
             step_size=config.pgd_step_size, key=jax.random.PRNGKey(seed))
         _, s = interventions.evaluate(params, data, model, settings, seed, do_ablation=False)
@@ -170,8 +183,8 @@ def scorecard(result: Result) -> list[dict]:
     tasks = [t for t in result.config["tasks"] if f"{t}/relu" in result["table"]]
     if not tasks:
         return []
-    untrained = sorted({t for t in tasks for key in ("standard/train_acc", "adversarial/train_acc")
-                        if not trained(result, t, "relu", key)})
+    untrained = sorted({t for t in tasks for keys in NETWORK_KEYS.values()
+                        if not trained(result, t, "relu", keys["train_acc"])})
     tasks = [t for t in tasks if t not in untrained]
     skipped = (f"; not trained (no verdict): {', '.join(untrained)}" if untrained else "")
     if not tasks:
