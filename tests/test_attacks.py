@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ntkbook.influence import attacks as A
-from ntkbook.experiments.influence_malleability import attack_loss
+from ntkbook.influence import attacks
+from ntkbook.influence.losses import attack_loss
 from ntkbook.models import attention as att
 
 
@@ -26,10 +24,10 @@ def _problem(seed, attend=False, C=3, n=24, d=20):
 
 def _run(name, loss, x, eps, args, **kw):
     if name == "fgsm":
-        return A.fgsm(loss, x, eps, args=args, **kw)
+        return attacks.fgsm(loss, x, eps, args=args, **kw)
     if name == "pgd":
-        return A.pgd(loss, x, eps, args=args, key=jax.random.PRNGKey(0), **kw)
-    return A.mim(loss, x, eps, args=args, **kw)
+        return attacks.pgd(loss, x, eps, args=args, key=jax.random.PRNGKey(0), **kw)
+    return attacks.mim(loss, x, eps, args=args, **kw)
 
 
 @pytest.mark.parametrize("name", ["fgsm", "pgd", "mim"])
@@ -47,8 +45,8 @@ def test_pgd_at_least_fgsm_on_average():
     gains = []
     for seed in range(6):
         x, p, y, loss = _problem(seed, attend=False, C=3)
-        lf = float(loss(A.fgsm(loss, x, 0.3, args=(p, y)), p, y))
-        lp = float(loss(A.pgd(loss, x, 0.3, args=(p, y), key=jax.random.PRNGKey(seed)), p, y))
+        lf = float(loss(attacks.fgsm(loss, x, 0.3, args=(p, y)), p, y))
+        lp = float(loss(attacks.pgd(loss, x, 0.3, args=(p, y), key=jax.random.PRNGKey(seed)), p, y))
         gains.append(lp - lf)
     assert np.mean(gains) >= 0
 
@@ -71,28 +69,28 @@ def test_fgsm_is_exact_for_a_linear_loss():
     rng = np.random.default_rng(3)
     x = jnp.asarray(rng.uniform(size=(5, 8)), jnp.float32)
     w = jnp.asarray(rng.normal(size=8), jnp.float32)
-    xa = A.fgsm(_linear_loss, x, 0.2, args=(w,))
+    xa = attacks.fgsm(_linear_loss, x, 0.2, args=(w,))
     np.testing.assert_allclose(xa, np.clip(np.asarray(x) + 0.2 * np.sign(np.asarray(w)), 0, 1), atol=1e-7)
     # on a linear loss MIM and PGD end at the same corner of the (clipped) ball
-    np.testing.assert_allclose(A.mim(_linear_loss, x, 0.2, args=(w,)), xa, atol=1e-6)
-    np.testing.assert_allclose(A.pgd(_linear_loss, x, 0.2, args=(w,), steps=60, step_size=0.01), xa, atol=1e-6)
+    np.testing.assert_allclose(attacks.mim(_linear_loss, x, 0.2, args=(w,)), xa, atol=1e-6)
+    np.testing.assert_allclose(attacks.pgd(_linear_loss, x, 0.2, args=(w,), steps=60, step_size=0.01), xa, atol=1e-6)
 
 
 def test_random_sign_null():
     x = jnp.full((4, 10), 0.5, jnp.float32)
-    xr = np.asarray(A.random_sign(x, 0.3, jax.random.PRNGKey(0)))
+    xr = np.asarray(attacks.random_sign(x, 0.3, jax.random.PRNGKey(0)))
     np.testing.assert_allclose(np.abs(xr - 0.5), 0.3, atol=1e-6)
 
 
 def test_bad_input():
     x, p, y, loss = _problem(0)
     with pytest.raises(ValueError, match="box"):
-        A.fgsm(loss, x + 2.0, 0.1, args=(p, y))
+        attacks.fgsm(loss, x + 2.0, 0.1, args=(p, y))
     with pytest.raises(ValueError, match=r"\(N, D\)"):
-        A.fgsm(loss, x[0], 0.1, args=(p, y))
+        attacks.fgsm(loss, x[0], 0.1, args=(p, y))
     with pytest.raises(ValueError, match="eps"):
-        A.pgd(loss, x, -0.1, args=(p, y))
+        attacks.pgd(loss, x, -0.1, args=(p, y))
     with pytest.raises(ValueError, match="mask"):
-        A.mim(loss, x, 0.1, args=(p, y), mask=np.ones(3, bool))
+        attacks.mim(loss, x, 0.1, args=(p, y), mask=np.ones(3, bool))
     with pytest.raises(ValueError, match="steps"):
-        A.pgd(loss, x, 0.1, args=(p, y), steps=0)
+        attacks.pgd(loss, x, 0.1, args=(p, y), steps=0)

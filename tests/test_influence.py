@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from ntkbook.influence import scores as I
+from ntkbook.influence import interventions, scores, training
+from ntkbook.influence.tasks import task_data, targets
 from ntkbook.models import attention as att
 
 
@@ -28,8 +29,8 @@ def _refit_without(K, Kx, Y, lam, i):
 @pytest.mark.parametrize("lam", [1e-3, 0.1, 2.0])
 def test_loo_formula_matches_refits(lam):
     K, Kx, Y, _ = _kernel_problem()
-    fit = I.krr_fit(K, Y, lam)
-    loo = I.loo_predictions(fit, Kx)
+    fit = scores.krr_fit(K, Y, lam)
+    loo = scores.loo_predictions(fit, Kx)
     for i in range(K.shape[0]):
         np.testing.assert_allclose(loo[i], _refit_without(K, Kx, Y, lam, i), rtol=1e-9, atol=1e-10)
 
@@ -46,13 +47,13 @@ def test_influence_matches_brute_force_on_ntk_of_trained_shape():
     f = Kx @ np.linalg.solve(K + lam * np.eye(20), Y)
     brute = np.array([0.5 * np.sum((_refit_without(K, Kx, Y, lam, i) - Yt) ** 2) - 0.5 * np.sum((f - Yt) ** 2)
                       for i in range(20)])
-    np.testing.assert_allclose(I.ntk_influence(K, Kx, Y, Yt, lam), brute, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(scores.ntk_influence(K, Kx, Y, Yt, lam), brute, rtol=1e-7, atol=1e-9)
 
 
 def test_binary_targets_as_vectors():
     K, Kx, Y, Yt = _kernel_problem(C=1)
-    a = I.ntk_influence(K, Kx, Y[:, 0], Yt[:, 0], 0.1)
-    b = I.ntk_influence(K, Kx, Y, Yt, 0.1)
+    a = scores.ntk_influence(K, Kx, Y[:, 0], Yt[:, 0], 0.1)
+    b = scores.ntk_influence(K, Kx, Y, Yt, 0.1)
     np.testing.assert_allclose(a, b)
 
 
@@ -71,70 +72,70 @@ def test_entk_heads_is_the_class_diagonal_block():
 
 def test_top_indices_and_flip_rate_hand_made():
     before = np.array([5.0, -4.0, 3.0, 0.1, -0.2, 0.05, 2.0, -1.0, 0.3, 0.4])
-    np.testing.assert_array_equal(I.top_indices(before, 0.3), [0, 1, 2])
+    np.testing.assert_array_equal(scores.top_indices(before, 0.3), [0, 1, 2])
     after = np.array([-1.0, -3.0, -0.5, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0])
-    assert I.flip_rate(before, after, fraction=0.3) == pytest.approx(2 / 3)
-    assert I.flip_rate(before, after, fraction=0.1) == 1.0
-    assert I.flip_rate(before, before) == 0.0
-    assert I.flip_rate(before, -before, fraction=0.5) == 1.0
-    assert I.flip_rate(before, after, top=[1]) == 0.0
+    assert scores.flip_rate(before, after, fraction=0.3) == pytest.approx(2 / 3)
+    assert scores.flip_rate(before, after, fraction=0.1) == 1.0
+    assert scores.flip_rate(before, before) == 0.0
+    assert scores.flip_rate(before, -before, fraction=0.5) == 1.0
+    assert scores.flip_rate(before, after, top=[1]) == 0.0
     # exactly zero afterwards counts as a sign change
-    assert I.flip_rate(before, np.where(np.arange(10) == 0, 0.0, before), fraction=0.1) == 1.0
+    assert scores.flip_rate(before, np.where(np.arange(10) == 0, 0.0, before), fraction=0.1) == 1.0
 
 
 def test_spearman_hand_made():
     a = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert I.spearman(a, a**3) == pytest.approx(1.0)
-    assert I.spearman(a, -a) == pytest.approx(-1.0)
+    assert scores.spearman(a, a**3) == pytest.approx(1.0)
+    assert scores.spearman(a, -a) == pytest.approx(-1.0)
     # 1 - 6 sum d^2 / (n (n^2 - 1)) with d = (1, 1, 1, 1, 0): 1 - 24/120
-    assert I.spearman(a, np.array([2.0, 1.0, 4.0, 3.0, 5.0])) == pytest.approx(0.8)
+    assert scores.spearman(a, np.array([2.0, 1.0, 4.0, 3.0, 5.0])) == pytest.approx(0.8)
     b = np.random.default_rng(0).normal(size=50)
     c = b + np.random.default_rng(1).normal(size=50)
-    assert I.spearman(b, c) == pytest.approx(scipy.stats.spearmanr(b, c).statistic)
+    assert scores.spearman(b, c) == pytest.approx(scipy.stats.spearmanr(b, c).statistic)
 
 
 def test_bad_input():
     K, Kx, Y, Yt = _kernel_problem()
     with pytest.raises(ValueError, match="square"):
-        I.krr_fit(K[:, :-1], Y, 0.1)
+        scores.krr_fit(K[:, :-1], Y, 0.1)
     with pytest.raises(ValueError, match="lam"):
-        I.krr_fit(K, Y, 0.0)
+        scores.krr_fit(K, Y, 0.0)
     with pytest.raises(ValueError, match="NaN"):
-        I.krr_fit(np.where(np.eye(K.shape[0]) > 0, np.nan, K), Y, 0.1)
+        scores.krr_fit(np.where(np.eye(K.shape[0]) > 0, np.nan, K), Y, 0.1)
     with pytest.raises(ValueError, match="targets"):
-        I.krr_fit(K, Y[:-1], 0.1)
+        scores.krr_fit(K, Y[:-1], 0.1)
     with pytest.raises(ValueError, match="positive definite"):
-        I.krr_fit(-np.eye(4) * 10, np.ones(4), 0.1)
+        scores.krr_fit(-np.eye(4) * 10, np.ones(4), 0.1)
     with pytest.raises(ValueError, match="outputs"):
-        I.ntk_influence(K, Kx, Y, Yt[:, :2], 0.1)
+        scores.ntk_influence(K, Kx, Y, Yt[:, :2], 0.1)
     with pytest.raises(ValueError, match="same length"):
-        I.flip_rate(np.ones(3), np.ones(4))
+        scores.flip_rate(np.ones(3), np.ones(4))
     with pytest.raises(ValueError, match="NaN"):
-        I.flip_rate(np.array([1.0, np.nan]), np.ones(2))
+        scores.flip_rate(np.array([1.0, np.nan]), np.ones(2))
     with pytest.raises(ValueError, match="fraction"):
-        I.top_indices(np.ones(3), 0.0)
+        scores.top_indices(np.ones(3), 0.0)
 
 
 def test_experiment_pipeline_fixed_points(data_dir):
     """Theory fixes two outcomes of the chapter's pipeline: an attack of radius 0 changes nothing
     (flip rate 0, Spearman 1, for both models), and removing nothing is the identity."""
-    import dataclasses
-
-    from ntkbook.experiments import influence_malleability as IM
-
-    cfg = dataclasses.replace(IM.Config.smoke(), eps=0.0, n_train=40, n_test=40, epochs=5,
-                              interventions=("adversarial", "transformed"), pgd_steps=2, mim_steps=2)
-    data = IM.task_data("mnist_3v8", cfg.n_train, cfg.n_test)
+    recipe = training.TrainRecipe(width=64, epochs=5, batch=32, lr=1e-2, l2=0.0, attn_steps=200)
+    settings = interventions.EvalSettings(
+        lam=1e-3, top_fraction=0.1, eps=0.0, attacks=("fgsm", "pgd", "mim"),
+        interventions=("adversarial", "transformed"), pgd_steps=2, pgd_step_size=0.04, mim_steps=2,
+        mim_decay=1.0)
+    data = task_data("mnist_3v8", 40, 40)
     xtr, ltr, xte, lte, C = data
     for model in ("relu", "attn"):
         ztr, _ = att.transform(xtr, xte, attend=model == "attn", normalize="row")
-        params, _ = IM.train_model(ztr, IM.targets(ltr, C), C, cfg, seed=0, model=model)
-        _, sc = IM.evaluate(params, data, model, cfg, 0, do_ablation=False)
+        params, _ = training.train_model(ztr, targets(ltr, C), C, recipe, seed=0, model=model)
+        _, sc = interventions.evaluate(params, data, model, settings, 0, do_ablation=False)
         for inter in ("adversarial", "transformed"):
-            for a in cfg.attacks:
+            for a in settings.attacks:
                 assert sc[f"{inter}/{a}/flip"] == 0.0
                 assert sc[f"{inter}/{a}/rho"] == pytest.approx(1.0)
                 assert sc[f"{inter}/{a}/linf"] == 0.0
+        assert set(sc) <= interventions.SCORE_KEYS
 
 
 def test_train_model_recipes():
@@ -142,17 +143,27 @@ def test_train_model_recipes():
     ``attn_steps`` is None) for ``epochs`` epochs of mini-batches; an unknown model is refused."""
     import dataclasses
 
-    from ntkbook.experiments import influence_malleability as IM
-
-    cfg = dataclasses.replace(IM.Config.smoke(), n_train=40, n_test=40, epochs=3, batch=16, attn_steps=7)
-    xtr, ltr, xte, lte, C = IM.task_data("mnist_3v8", cfg.n_train, cfg.n_test)
-    y = IM.targets(ltr, C)
+    recipe = training.TrainRecipe(width=64, epochs=3, batch=16, lr=1e-2, l2=0.0, attn_steps=7)
+    xtr, ltr, xte, lte, C = task_data("mnist_3v8", 40, 40)
+    y = targets(ltr, C)
     z, _ = att.transform(xtr, xte, attend=True, normalize="row")
-    _, h_attn = IM.train_model(z, y, C, cfg, seed=0, model="attn")
-    _, h_relu = IM.train_model(z, y, C, cfg, seed=0, model="relu")
-    _, h_same = IM.train_model(z, y, C, dataclasses.replace(cfg, attn_steps=None), seed=0, model="attn")
+    _, h_attn = training.train_model(z, y, C, recipe, seed=0, model="attn")
+    _, h_relu = training.train_model(z, y, C, recipe, seed=0, model="relu")
+    _, h_same = training.train_model(z, y, C, dataclasses.replace(recipe, attn_steps=None), seed=0,
+                                     model="attn")
     assert h_attn["epoch"][-1] == 7
     assert h_relu["epoch"][-1] == 3
     np.testing.assert_allclose(h_same["loss"], h_relu["loss"])
     with pytest.raises(ValueError, match="unknown model"):
-        IM.train_model(z, y, C, cfg, seed=0, model="mlp")
+        training.train_model(z, y, C, recipe, seed=0, model="mlp")
+
+
+def test_mim_needs_its_steps():
+    """Settings without MIM's steps (the width sweep's) refuse to run MIM rather than guess them."""
+    settings = interventions.EvalSettings(lam=1e-3, top_fraction=0.1, eps=0.1, attacks=("mim",),
+                                          interventions=("adversarial",), pgd_steps=2, pgd_step_size=0.04)
+    x = np.full((4, 3), 0.5)
+    params = att.init_heads(jax.random.PRNGKey(0), 3, 8, 1)
+    with pytest.raises(ValueError, match="mim_steps"):
+        interventions.run_attack("mim", params, x, np.ones((4, 1)), False, 1, 0.1, settings,
+                                 np.ones(4, bool), jax.random.PRNGKey(0))

@@ -13,19 +13,27 @@ comparable.  A 1-D slice is ``t -> L(theta + t D)``, a 2-D slice ``(s, t) -> L(t
 Sharpness is the top eigenvalue of the Hessian of the loss, found by Lanczos
 (:func:`ntkbook.ntk.eig.lanczos_topk`) on Hessian-vector products (:func:`ntkbook.ntk.eig.hvp_operator`),
 never forming the Hessian.  ``frozen`` leaves (e.g. fixed output heads) are excluded from both.
+
+:func:`measure` applies them to a trained network of the influence experiments (the training loss
+of ``W``, heads frozen, in float64), with the sizes of a :class:`LandscapeSettings`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ntkbook.ntk import eig as _eig
+from ntkbook.influence.losses import data_loss
+from ntkbook.models import attention as att
+from ntkbook.ntk import eig
 
-__all__ = ["filter_normalized_direction", "slice_1d", "slice_2d", "top_hessian_eigenvalue"]
+__all__ = ["filter_normalized_direction", "slice_1d", "slice_2d", "top_hessian_eigenvalue",
+           "LandscapeSettings", "measure"]
 
 
 def _filter_norms(leaf):
@@ -85,8 +93,54 @@ def top_hessian_eigenvalue(loss_fn: Callable, params, *, trainable: Sequence[str
     def loss_sub(p):
         return loss_fn({**fixed, **p})
 
-    matvec, dim, _ = _eig.hvp_operator(loss_sub, sub)
+    matvec, dim, _ = eig.hvp_operator(loss_sub, sub)
     dt = matvec.dtype
     rtol_check = jnp.finfo(dt).bits >= 64
-    return _eig.lanczos_topk(matvec, dim, k, num_steps=min(num_steps, dim), seed=seed,
+    return eig.lanczos_topk(matvec, dim, k, num_steps=min(num_steps, dim), seed=seed,
                              check=bool(rtol_check))
+
+
+@dataclasses.dataclass(frozen=True)
+class LandscapeSettings:
+    """Sizes of the landscape measurement of a trained network."""
+
+    hessian_steps: int  # Lanczos steps for the top Hessian eigenvalue
+    radius: float  # slices span [-radius, radius] along each filter-normalised direction
+    points: int  # points of a 1-D slice
+    grid: int  # points per side of a 2-D slice
+
+
+def measure(params, ztr, ytr, C: int, settings: LandscapeSettings, seed: int, *, do_1d: bool,
+            do_2d: bool):
+    """The training loss of a trained two-layer network around its weights, in float64: the top
+    Hessian eigenvalue with respect to ``W`` (Lanczos seed ``seed``) and, optionally, 1-D/2-D
+    filter-normalised slices (directions from ``500 + seed``, heads frozen). ``ztr``: (n, d)
+    network inputs, ``ytr``: (n, C) targets. Returns ``(arrays, scalars)``."""
+    out_a, out_s = {}, {}
+    with jax.enable_x64(True):
+        p64 = {k: jnp.asarray(np.asarray(v), jnp.float64) for k, v in params.items()}
+        z, y = jnp.asarray(ztr, jnp.float64), jnp.asarray(ytr, jnp.float64)
+
+        def loss(p):
+            return data_loss(att.apply_heads(p, z), y, C)
+
+        t0 = time.perf_counter()
+        res = top_hessian_eigenvalue(loss, p64, trainable=["W"], k=1,
+                                     num_steps=settings.hessian_steps, seed=seed)
+        out_s["hessian_top"] = float(res.eigenvalues[0])
+        out_s["hessian_resid"] = float(res.residual_norms[0])
+        out_s["hessian_seconds"] = time.perf_counter() - t0
+        out_s["train_loss_data"] = float(loss(p64))
+        r = settings.radius
+        key = jax.random.PRNGKey(500 + seed)
+        if do_1d:
+            d1 = filter_normalized_direction(p64, key, frozen=("a",))
+            ts = np.linspace(-r, r, settings.points)
+            out_a["slice1d"] = slice_1d(loss, p64, d1, ts)
+        if do_2d:
+            k1, k2 = jax.random.split(jax.random.fold_in(key, 1))
+            d1 = filter_normalized_direction(p64, k1, frozen=("a",))
+            d2 = filter_normalized_direction(p64, k2, frozen=("a",))
+            g = np.linspace(-r, r, settings.grid)
+            out_a["slice2d"] = slice_2d(loss, p64, d1, d2, g, g)
+    return out_a, out_s

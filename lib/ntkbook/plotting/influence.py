@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ntkbook.influence import scores
 from ntkbook.plotting import PALETTE, new_figure
+from ntkbook.stats import mean_spread
 from ntkbook.store import Result
 
 MODEL_COLOR = {"relu": PALETTE[0], "attn": PALETTE[1]}
@@ -61,7 +63,8 @@ def plot_flip_rates(result: Result, paper: dict, intervention: str = "adversaria
 
 
 def plot_eps_ablation(result: Result, task: str):
-    """Flip rate (%) against eps for each attack and model (mean and spread over seeds)."""
+    """Flip rate (%) against eps for each attack and model (mean ± sample standard deviation over
+    seeds, :func:`ntkbook.stats.mean_spread`)."""
     eps = list(result.config["ablation_eps"])
     attacks = list(result.config["attacks"])
     fig, axes = new_figure(2, 1, width=8.0, height=3.4)
@@ -70,7 +73,7 @@ def plot_eps_ablation(result: Result, task: str):
             for atk in attacks:
                 vals = np.stack([_vals(result, f"{task}/{model}", f"ablation/{atk}/{e:g}/{what}",
                                        100.0 if what == "flip" else 1.0) for e in eps])
-                m, s = vals.mean(1), vals.std(1)
+                m, s = mean_spread(vals, axis=1)
                 ax.errorbar(eps, m, yerr=s, color=MODEL_COLOR[model], marker=ATTACK_MARKER[atk],
                             capsize=2, label=f"{result['models'][model]} {atk.upper()}")
         ax.set_xlabel("ε (L∞, pixels in [0, 1])")
@@ -89,8 +92,7 @@ def plot_influence_scatter(result: Result, task: str, seed_index: int = 0):
     for ax, model in zip(axes, ("relu", "attn")):
         a = result[f"{task}/{model}/influence_clean"][seed_index]
         b = result[f"{task}/{model}/influence_pgd"][seed_index]
-        k = max(1, int(round(result.config["top_fraction"] * a.size)))
-        top = np.argsort(-np.abs(a), kind="stable")[:k]
+        top = scores.top_indices(a, result.config["top_fraction"])
         sa = np.max(np.abs(a))
         sb = np.max(np.abs(b))
         ax.scatter(a / sa, b / sb, s=6, color="0.6", label="all points")
@@ -134,7 +136,8 @@ def plot_landscape(result: Result, task_2d: str):
 
 
 def plot_width(result: Result):
-    """Flip rate (%) against width, every attack and the random-sign null, both models."""
+    """Flip rate (%) against width, every attack and the random-sign null, both models (mean ±
+    sample standard deviation over seeds)."""
     widths = list(result.config["widths"])
     tasks = result.config["tasks"]
     attacks = list(result.config["attacks"])
@@ -144,7 +147,8 @@ def plot_width(result: Result):
             for atk in attacks + ["random"]:
                 name = "null_adversarial/random/flip" if atk == "random" else f"adversarial/{atk}/flip"
                 vals = np.stack([_vals(result, f"{task}/{model}/{m}", name) for m in widths])
-                ax.errorbar(widths, vals.mean(1), yerr=vals.std(1), color=MODEL_COLOR[model],
+                mean, spread = mean_spread(vals, axis=1)
+                ax.errorbar(widths, mean, yerr=spread, color=MODEL_COLOR[model],
                             marker=ATTACK_MARKER[atk], ls=":" if atk == "random" else "-", capsize=2,
                             label=f"{result['models'][model]} {'random' if atk == 'random' else atk.upper()}")
         ax.set_xscale("log", base=2)
