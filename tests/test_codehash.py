@@ -40,7 +40,8 @@ def test_influence_experiments_hash_their_whole_stack(name):
     # network (and the analytic kernel it imports inside a function), the training loop, the data
     assert {"ntkbook.influence.tasks", "ntkbook.influence.losses", "ntkbook.influence.training",
             "ntkbook.influence.interventions", "ntkbook.influence.scores", "ntkbook.influence.attacks",
-            "ntkbook.models.attention", "ntkbook.ntk.kernels", "ntkbook.train", "ntkbook.data"} <= mods
+            "ntkbook.models.attention", "ntkbook.models.two_layer", "ntkbook.ntk.kernels",
+            "ntkbook.train", "ntkbook.data"} <= mods
     if name == "influence_malleability":  # the landscape, and Lanczos through it
         assert {"ntkbook.influence.landscape", "ntkbook.ntk.eig"} <= mods
 
@@ -63,7 +64,7 @@ def test_imported_modules_resolves_every_form(tmp_path):
     ("gemma_features", "ntkbook.gemma.operator"),      # imported inside a function
     ("gemma_features", "ntkbook.gemma.tokenizer"),     # reached only through gemma.weights
     ("influence_width", "ntkbook.influence.scores"),
-    ("influence_malleability", "ntkbook.ntk.kernels"),  # inside a function of models.attention
+    ("influence_malleability", "ntkbook.ntk.kernels"),  # inside a function of models.two_layer
     ("modular_mlp", "ntkbook.train"),
 ])
 def test_an_edit_anywhere_below_changes_the_hash(lib_copy, experiment, edited):

@@ -42,15 +42,16 @@ def test_convergence_smoke_is_sane(convergence):
 
 def test_blocked_entk_equals_unblocked():
     """Averaging the eNTKs of blocks of hidden units gives the eNTK of the whole network."""
-    from ntkbook.ntk import entk, kernels
+    from ntkbook.models import two_layer
+    from ntkbook.ntk import entk
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 7))
     with jax.enable_x64(True):
         kw, ka = entk_convergence.entk_two_layer(x, 48, seed=3, chunk=16)
-        params = kernels.relu_network_init(jax.random.fold_in(jax.random.PRNGKey(3), 48), 7, 48,
-                                           dtype=np.float64)
-        ref = entk.entk_layerwise(kernels.relu_network_apply, params, x, layers={"W": "W", "a": "a"},
+        params = two_layer.init(jax.random.fold_in(jax.random.PRNGKey(3), 48), 7, 48, symmetric=False,
+                                dtype=np.float64)
+        ref = entk.entk_layerwise(two_layer.apply, params, x, layers={"W": "W", "a": "a"},
                                   reduction="class_mean")
     np.testing.assert_allclose(kw, np.asarray(ref["W"]), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(ka, np.asarray(ref["a"]), rtol=1e-12, atol=1e-14)
@@ -75,19 +76,19 @@ def test_predicted_error_matches_monte_carlo():
 
 
 def test_ghosts_smoke(ghosts):
-    for op in ("synthetic", "entk"):
-        assert ghosts[f"{op}_reorth_ghosts"] == 0
-        assert ghosts[f"{op}_plain_ghosts"] >= 1
-        assert ghosts[f"{op}_reorth_library_ghosts"] == 0
-        assert ghosts[f"{op}_plain_library_ghosts"] >= 1
-        assert ghosts[f"{op}_reorth_max_orth"] < 1e-12
-        assert ghosts[f"{op}_plain_max_orth"] > 1e-3
-        assert ghosts[f"{op}_reorth_library_topk_error"] < 1e-10
-        assert 0 < ghosts[f"{op}_reorth_steps_to_1e-10"] <= ghosts[f"{op}_plain_ritz"].shape[0]
-        assert ghosts[f"{op}_first_ghost_step"] > 0
+    for keys in lanczos_ghosts.KEYS.values():
+        assert ghosts[keys["reorth_ghosts"]] == 0
+        assert ghosts[keys["plain_ghosts"]] >= 1
+        assert ghosts[keys["reorth_library_ghosts"]] == 0
+        assert ghosts[keys["plain_library_ghosts"]] >= 1
+        assert ghosts[keys["reorth_max_orth"]] < 1e-12
+        assert ghosts[keys["plain_max_orth"]] > 1e-3
+        assert ghosts[keys["reorth_library_topk_error"]] < 1e-10
+        assert 0 < ghosts[keys["reorth_steps_to_1e-10"]] <= ghosts[keys["plain_ritz"]].shape[0]
+        assert ghosts[keys["first_ghost_step"]] > 0
         # re-orthogonalised Ritz values never exceed the top eigenvalue (interlacing)
-        hist = ghosts[f"{op}_reorth_ritz"]
-        assert np.nanmax(hist) <= ghosts[f"{op}_exact"][0] * (1 + 1e-12)
+        hist = ghosts[keys["reorth_ritz"]]
+        assert np.nanmax(hist) <= ghosts[keys["exact"]][0] * (1 + 1e-12)
 
 
 def test_ghost_counting():

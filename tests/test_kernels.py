@@ -9,7 +9,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from ntkbook.ntk.entk import entk_layerwise  # noqa: E402
-from ntkbook.ntk.kernels import relu_network_apply, relu_network_init, relu_nngp, relu_ntk  # noqa: E402
+from ntkbook.models import two_layer  # noqa: E402
+from ntkbook.ntk.kernels import relu_nngp, relu_ntk  # noqa: E402
 
 
 def inputs(n=6, d=5, seed=0):
@@ -61,8 +62,9 @@ def test_empirical_ntk_converges_like_inverse_sqrt_width():
     err = {"W": np.zeros((len(widths), len(seeds))), "all": np.zeros((len(widths), len(seeds)))}
     for i, m in enumerate(widths):
         for s in seeds:
-            params = relu_network_init(jax.random.PRNGKey(100 * s + i), x.shape[1], m)
-            ks = entk_layerwise(relu_network_apply, params, x, layers={"W": "W", "a": "a"},
+            params = two_layer.init(jax.random.PRNGKey(100 * s + i), x.shape[1], m, symmetric=False,
+                                    dtype=jnp.float64)
+            ks = entk_layerwise(two_layer.apply, params, x, layers={"W": "W", "a": "a"},
                                 reduction="class", class_index=0)
             emp = {"W": ks["W"], "all": ks["W"] + ks["a"]}
             for t in err:

@@ -21,12 +21,12 @@ import math
 import numpy as np
 import pytest
 
-from ntkbook.ntk import gram as gm
 from ntkbook.experiments import gram_conditioning, modular_mlp
+from ntkbook.ntk import gram
 
 
 @pytest.fixture(scope="module")
-def gram(data_dir):
+def gram_result(data_dir):
     return gram_conditioning.run(gram_conditioning.Config.smoke())
 
 
@@ -37,11 +37,11 @@ def modular():
     return modular_mlp.run(config)
 
 
-def test_attention_gram_is_the_cube(gram):
+def test_attention_gram_is_the_cube(gram_result):
     cfg = gram_conditioning.Config.smoke()
-    for name in gram["datasets"]:
-        s = gram["per_dataset"][name]
-        lam, lam_t = gram[f"{name}/lam_G"], gram[f"{name}/lam_Gt"]
+    for name in gram_result["datasets"]:
+        s = gram_result["per_dataset"][name]
+        lam, lam_t = gram_result[f"{name}/lam_G"], gram_result[f"{name}/lam_Gt"]
         d_star = s["d_star"]
         assert d_star >= 10
         # d* is the largest d with kappa_d(G)^3 <= the verification limit
@@ -60,7 +60,7 @@ def test_attention_gram_is_the_cube(gram):
         else:
             assert math.isnan(s["identity_rel_error"])
         # the naive eigensolver of the formed cube cannot see beyond about 1/eps
-        assert s["kappa_Gt_naive_eigh"] < 1e3 / gm.EPS or math.isinf(s["kappa_Gt_naive_eigh"])
+        assert s["kappa_Gt_naive_eigh"] < 1e3 / gram.EPS or math.isinf(s["kappa_Gt_naive_eigh"])
 
 
 def test_first_cliff_is_four_floor_half_p(modular):

@@ -188,7 +188,7 @@ MUTATIONS = [
     M("X2", "experiments/modular_mlp.py", "constant mode never set aside",
       ("has_const = bool(const_w[ci] > 0.5)", "has_const = False"), MOD),
     M("X3", "experiments/gram_conditioning.py", "G~ spectrum taken from X instead of the attention output A = G X",
-      ("lam_a, rank_a, kappa_a = gm.factor_spectrum(A)", "lam_a, rank_a, kappa_a = gm.factor_spectrum(x)"), GRAM),
+      ("lam_a, rank_a, kappa_a = gram.factor_spectrum(A)", "lam_a, rank_a, kappa_a = gram.factor_spectrum(x)"), GRAM),
 ]
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "TransformerReplay",
     "load",
     "class_subset",
+    "mnist_unit_norm",
     "search_dirs",
     "CIFAR10_CLASSES",
     "FASHION_MNIST_CLASSES",
@@ -396,3 +397,11 @@ def class_subset(
     if flatten:
         x = x.reshape(x.shape[0], -1)
     return x, y
+
+
+def mnist_unit_norm(n_per_class: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)``: ``n_per_class`` MNIST training images of each digit (:func:`class_subset` with
+    ``seed``), flattened to 784 pixels and scaled to unit Euclidean norm (the inputs of the eNTK
+    chapter's experiments)."""
+    x, y = class_subset(load_mnist(), list(range(10)), n_per_class, seed=seed)
+    return x / np.linalg.norm(x, axis=1, keepdims=True), y

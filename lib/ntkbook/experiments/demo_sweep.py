@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ntkbook.progress import progress
+from ntkbook.stats import loglog_slope
 from ntkbook.store import PointStore, Result
 
 NAME = "demo_sweep"
@@ -22,9 +23,14 @@ VERSION = "1"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    sample_sizes: tuple[int, ...] = (16, 64, 256, 1024, 4096)
-    repeats: int = 200
-    seed: int = 0
+    """The sweep of sample sizes.
+
+    Presets: ``paper()`` (n = 16 to 16384, 400 repeats) and ``smoke()`` (n = 16 to 1024, 100 repeats).
+    """
+
+    sample_sizes: tuple[int, ...] = (16, 64, 256, 1024, 4096)  # the numbers of samples n
+    repeats: int = 200  # independent estimates per n
+    seed: int = 0  # seed of the draws (with n)
 
     @classmethod
     def smoke(cls) -> "Config":
@@ -48,6 +54,7 @@ def rms_error(n: int, repeats: int, seed: int) -> float:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """The RMS error at every sample size (each a checkpointed point) and its log-log slope."""
     points = points or PointStore(None)
     errors = []
     for n in progress(config.sample_sizes, desc="demo sweep"):
@@ -56,7 +63,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
         )
         errors.append(scalars["rms_error"])
     n = np.asarray(config.sample_sizes, dtype=float)
-    slope = float(np.polyfit(np.log(n), np.log(errors), 1)[0])
+    slope = loglog_slope(n, errors)
     return Result(
         name=NAME,
         config=dataclasses.asdict(config),

@@ -1,9 +1,10 @@
 r"""The empirical NTK of a two-layer ReLU network converges to the analytic one as the width grows.
 
-Network (NTK parameterisation, the network of :mod:`ntkbook.ntk.kernels`):
+Network (NTK parameterisation, the network of :mod:`ntkbook.models.two_layer`, independent
+initialisation):
 :math:`f(x) = m^{-1/2}\sum_{r=1}^m a_r\,\mathrm{relu}(w_r\cdot x)`, :math:`w_r \sim \mathcal N(0, I)`,
 :math:`a_r = \pm 1`. Inputs: ``N`` MNIST training images, ``n_per_class`` of each of the ten digits,
-flattened to 784 pixels and scaled to unit Euclidean norm.
+flattened to 784 pixels and scaled to unit Euclidean norm (:func:`ntkbook.data.mnist_unit_norm`).
 
 For every width ``m`` and seed the empirical NTK is computed with :func:`ntkbook.ntk.entk.entk_layerwise`
 (float64), split into the kernel of the first layer ``W`` (``a`` fixed, the setting of Paper A) and
@@ -26,12 +27,13 @@ For ``K_W`` the expected squared error is known in closed form: each unit adds a
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
 from ntkbook.progress import Progress
+from ntkbook.stats import loglog_slope
 from ntkbook.store import PointStore, Result
+from ntkbook.verdicts import by_threshold
 
 NAME = "entk_convergence"
 VERSION = "1"
@@ -39,11 +41,17 @@ VERSION = "1"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """The relative error of the eNTK against width.
+
+    Presets: ``paper()`` (N = 80 images, widths 2^5 to 2^14, four seeds) and ``smoke()`` (N = 40,
+    widths 2^5 to 2^9, two seeds).
+    """
+
     n_per_class: int = 8  # ten digits -> N = 10 * n_per_class images
-    widths: tuple[int, ...] = tuple(2**k for k in range(5, 15))
-    num_seeds: int = 4
+    widths: tuple[int, ...] = tuple(2**k for k in range(5, 15))  # network widths m
+    num_seeds: int = 4  # network seeds per width (0, 1, ...)
     chunk: int = 1024  # hidden units per eNTK block
-    data_seed: int = 0
+    data_seed: int = 0  # seed of the image subset
     store_kernels_seed: int = 0  # seed whose K_W at the smallest and largest width is stored
 
     @classmethod
@@ -59,21 +67,6 @@ def estimate_seconds(config: Config) -> float:
     n = 10 * config.n_per_class
     # measured on 2 shared CPU cores: ~2.4e-7 s per (hidden unit x N^2) with d = 784, plus compiles
     return 2.4e-7 * n * n * sum(config.widths) * config.num_seeds + 1.0 * len(config.widths)
-
-
-@functools.lru_cache(maxsize=1)
-def _mnist():
-    from ntkbook import data
-
-    return data.load_mnist()
-
-
-def inputs(n_per_class: int, data_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)``: ``n_per_class`` MNIST training images of each digit, flattened, unit norm."""
-    from ntkbook import data
-
-    x, y = data.class_subset(_mnist(), list(range(10)), n_per_class, seed=data_seed)
-    return x / np.linalg.norm(x, axis=1, keepdims=True), y
 
 
 def predicted_error_W(x: np.ndarray, width: int | np.ndarray) -> np.ndarray:
@@ -96,32 +89,34 @@ def entk_two_layer(x, width: int, seed: int, chunk: int):
     import jax
     import jax.numpy as jnp
 
-    from ntkbook.ntk import entk, kernels
+    from ntkbook.models import two_layer
+    from ntkbook.ntk import entk
 
-    params = kernels.relu_network_init(jax.random.fold_in(jax.random.PRNGKey(seed), width), x.shape[1], width, dtype=jnp.float64)
+    params = two_layer.init(jax.random.fold_in(jax.random.PRNGKey(seed), width), x.shape[1], width,
+                            symmetric=False, dtype=jnp.float64)
     xj = jnp.asarray(x, dtype=jnp.float64)
     kw = np.zeros((x.shape[0], x.shape[0]))
     ka = np.zeros_like(kw)
     for s in range(0, width, chunk):
         block = {"W": params["W"][s : s + chunk], "a": params["a"][s : s + chunk]}
         share = block["W"].shape[0] / width
-        ks = entk.entk_layerwise(kernels.relu_network_apply, block, xj,
+        ks = entk.entk_layerwise(two_layer.apply, block, xj,
                                  layers={"W": "W", "a": "a"}, reduction="class_mean")
         kw += share * np.asarray(ks["W"])
         ka += share * np.asarray(ks["a"])
     return kw, ka
 
 
-def loglog_slope(widths, errors) -> float:
-    """Least-squares slope of log(error) against log(width)."""
-    return float(np.polyfit(np.log(np.asarray(widths, float)), np.log(np.asarray(errors)), 1)[0])
-
-
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """The eNTK (:func:`entk_two_layer`) of every width and seed, each checkpointed in ``points``,
+    against the analytic NTK: the errors per width and seed, their log-log slopes, the closed-form
+    prediction, and ``K_W`` of one seed at the smallest and largest width."""
     import jax
 
+    from ntkbook import data
+
     points = points or PointStore(None)
-    x, y = inputs(config.n_per_class, config.data_seed)
+    x, y = data.mnist_unit_norm(config.n_per_class, config.data_seed)
     with jax.enable_x64(True):
         import jax.numpy as jnp
 
@@ -197,8 +192,7 @@ def scorecard(result: Result) -> list[dict]:
     from ntkbook.numbers import fmt
 
     slope = float(result["slope_W"])
-    gap = abs(slope + 0.5)
-    v = "reproduces" if gap <= 0.05 else "partly" if gap <= 0.15 else "does not"
+    v = by_threshold(abs(slope + 0.5), 0.05, 0.15, higher_is_better=False)
     return [{"claim": "F.entk_convergence",
              "ours": f"slope {fmt(slope, '.3f')} (widths {result['smallest_width']}–{result['largest_width']}); "
                      f"error {fmt(result['err_W_largest'], '.3f')} at the widest, "

@@ -16,27 +16,34 @@ import math
 
 import numpy as np
 
-from ntkbook.ntk import gram as gm
-from ntkbook.models import attention as att
-from ntkbook.progress import progress
+from ntkbook.models import attention
+from ntkbook.ntk import gram
 from ntkbook.numbers import sci
+from ntkbook.progress import progress
 from ntkbook.store import PointStore, Result
+from ntkbook.verdicts import ladder
 
 NAME = "gram_conditioning"
 VERSION = "1"
 
+#: data set -> its name in text
 DATASETS = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10 (JPEG q75 subset)"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    datasets: tuple[str, ...] = ("mnist", "fashion-mnist", "cifar10")
-    n_per_class: int = 100
-    seed: int = 0
-    ds: tuple[int, ...] = (10, 50, 100)
-    rel_ridges: tuple[float, ...] = tuple(float(10.0**k) for k in range(-16, -1))
-    verify_limit: float = 1e12
-    delta: float = 0.01
+    """The data sets and the spectral quantities measured on each.
+
+    Presets: ``paper()`` (1,000 images per data set) and ``smoke()`` (200 images per data set).
+    """
+
+    datasets: tuple[str, ...] = ("mnist", "fashion-mnist", "cifar10")  # keys of DATASETS
+    n_per_class: int = 100  # images per class (ten classes)
+    seed: int = 0  # seed of the image subset
+    ds: tuple[int, ...] = (10, 50, 100)  # leading-block sizes d of kappa_d
+    rel_ridges: tuple[float, ...] = tuple(float(10.0**k) for k in range(-16, -1))  # ridges r (times lambda_max)
+    verify_limit: float = 1e12  # largest kappa_d(G)^3 still verifiable in float64 (gram.max_verifiable_d)
+    delta: float = 0.01  # failure probability of the Hoeffding width
 
     @classmethod
     def smoke(cls) -> "Config":
@@ -63,13 +70,13 @@ def _load(name: str, n_per_class: int, seed: int) -> np.ndarray:
 def analyse(x: np.ndarray, config: Config) -> tuple[dict, dict]:
     """Arrays and scalars of one data set (``x`` raw, ``(n, d)``)."""
     n, d = x.shape
-    lam, rank, kappa = gm.factor_spectrum(x)
-    A = att.attention(x)
-    lam_a, rank_a, kappa_a = gm.factor_spectrum(A)
-    naive = gm.eigvalsh_desc(A @ A.T)
-    A_hat = att.normalize_rows(A)
-    lam_h, rank_h, kappa_h = gm.factor_spectrum(A_hat)
-    lam_r, rank_r, kappa_r = gm.factor_spectrum(att.normalize_rows(x))
+    lam, rank, kappa = gram.factor_spectrum(x)
+    A = attention.attention(x)
+    lam_a, rank_a, kappa_a = gram.factor_spectrum(A)
+    naive = gram.eigvalsh_desc(A @ A.T)
+    A_hat = attention.normalize_rows(A)
+    lam_h, rank_h, kappa_h = gram.factor_spectrum(A_hat)
+    lam_r, rank_r, kappa_r = gram.factor_spectrum(attention.normalize_rows(x))
     rows2 = np.sum(A**2, axis=1)  # diag(G^3) = 1 / N^2
     kappa_n2 = float(rows2.max() / rows2.min())
     common = min(rank, rank_a)
@@ -77,20 +84,20 @@ def analyse(x: np.ndarray, config: Config) -> tuple[dict, dict]:
     # identity on the nonzero spectrum, if the cube's smallest nonzero eigenvalue is resolved
     verified_full = rank_a == rank
     # leading-d condition numbers
-    d_star = gm.max_verifiable_d(lam[:rank], power=3, limit=config.verify_limit)
+    d_star = gram.max_verifiable_d(lam[:rank], power=3, limit=config.verify_limit)
     ds = sorted({dd for dd in config.ds if dd <= common} | ({d_star} if d_star else set()))
     kd_rows = []
     for dd in ds:
-        kd = gm.effective_condition_number(lam, dd)
+        kd = gram.effective_condition_number(lam, dd)
         kd_rows.append(
             {
                 "d": dd,
                 "kappa_d_G": kd,
-                "kappa_d_Gt_measured": gm.effective_condition_number(lam_a, dd),
-                "kappa_d_Gt_naive_eigh": gm.effective_condition_number(naive, dd) if naive[dd - 1] > 0 else math.inf,
+                "kappa_d_Gt_measured": gram.effective_condition_number(lam_a, dd),
+                "kappa_d_Gt_naive_eigh": gram.effective_condition_number(naive, dd) if naive[dd - 1] > 0 else math.inf,
                 "kappa_d_G_cubed": kd**3,
-                "kappa_d_Ghat": gm.effective_condition_number(lam_h, dd),
-                "implied_width": gm.implied_width(kd),
+                "kappa_d_Ghat": gram.effective_condition_number(lam_h, dd),
+                "implied_width": gram.implied_width(kd),
             }
         )
     # ridge: kappa(M + r lambda_max(M) I) over the full n-dim spectrum (zeros included)
@@ -100,9 +107,9 @@ def analyse(x: np.ndarray, config: Config) -> tuple[dict, dict]:
     full_a[:rank_a] = lam_a[:rank_a]
     full_h = np.zeros(n)
     full_h[:rank_h] = lam_h[:rank_h]
-    ridge_G = np.array([gm.ridge_condition_number(full, r) for r in config.rel_ridges])
-    ridge_Gt = np.array([gm.ridge_condition_number(full_a, r) for r in config.rel_ridges])
-    ridge_Gh = np.array([gm.ridge_condition_number(full_h, r) for r in config.rel_ridges])
+    ridge_G = np.array([gram.ridge_condition_number(full, r) for r in config.rel_ridges])
+    ridge_Gt = np.array([gram.ridge_condition_number(full_a, r) for r in config.rel_ridges])
+    ridge_Gh = np.array([gram.ridge_condition_number(full_h, r) for r in config.rel_ridges])
     # widths: Hoeffding (sufficient) width for the W-only ReLU NTK on unit-norm inputs, with
     # lambda_min(K) >= lambda_min(G_unit) / 2 (Schur product theorem), only if G_unit is nonsingular
     lam_min_hat = lam_h[rank_h - 1] if rank_h == n else 0.0
@@ -121,13 +128,13 @@ def analyse(x: np.ndarray, config: Config) -> tuple[dict, dict]:
         "verified_full": bool(verified_full),
         "kappa_Ghat": kappa_h,
         "kappa_N2": kappa_n2,
-        "ostrowski": list(gm.ostrowski_interval(kappa3, 1.0 / np.sqrt(rows2))),
+        "ostrowski": list(gram.ostrowski_interval(kappa3, 1.0 / np.sqrt(rows2))),
         "kappa_G_rownorm_raw": kappa_r,
         "d_star": d_star,
         "kappa_d": kd_rows,
-        "width_kappa6": gm.implied_width(kappa),
-        "width_hoeffding_attn": gm.hoeffding_width(lam_min_hat / 2, n, delta=config.delta) if lam_min_hat > 0 else math.inf,
-        "width_hoeffding_relu": gm.hoeffding_width(lam_min_raw / 2, n, delta=config.delta) if lam_min_raw > 0 else math.inf,
+        "width_kappa6": gram.implied_width(kappa),
+        "width_hoeffding_attn": gram.hoeffding_width(lam_min_hat / 2, n, delta=config.delta) if lam_min_hat > 0 else math.inf,
+        "width_hoeffding_relu": gram.hoeffding_width(lam_min_raw / 2, n, delta=config.delta) if lam_min_raw > 0 else math.inf,
     }
     arrays = {
         "lam_G": lam,
@@ -143,6 +150,8 @@ def analyse(x: np.ndarray, config: Config) -> tuple[dict, dict]:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """:func:`analyse` for each data set (each a checkpointed point); arrays keyed
+    ``"{dataset}/{array}"`` (e.g. ``"mnist/lam_G"``), scalars under ``"per_dataset"``."""
     points = points or PointStore(None)
     arrays, scalars = {}, {"datasets": list(config.datasets), "labels": DATASETS, "per_dataset": {}}
     for name in progress(config.datasets, desc="Gram spectra"):
@@ -194,7 +203,7 @@ def scorecard(result: Result) -> list[dict]:
         "claim": "A.gram_cube",
         "ours": f"largest relative error of κ(G̃) against κ(G)³: {sci(worst)} ({len(errs)} leading blocks and "
                 f"{len(full)} of {len(result['datasets'])} full spectra resolved)",
-        "verdict": "reproduces" if math.isfinite(worst) and worst < IDENTITY_TOL else "does not",
+        "verdict": ladder(math.isfinite(worst) and worst < IDENTITY_TOL),
         "note": f"float64 singular values of X X^T X; verified below a relative error of {sci(IDENTITY_TOL, 0)}.",
     }]
     natural = "cifar10" if "cifar10" in per else result["datasets"][0]
@@ -203,12 +212,7 @@ def scorecard(result: Result) -> list[dict]:
     for claim, power, target, tol in (("A.kappa", 1, PAPER_KAPPA, 1.0), ("A.width_bound", 6, PAPER_WIDTH, 3.0)):
         full_v = s["kappa_G"] ** power
         lo, hi = min(kd) ** power, max(kd) ** power
-        if abs(math.log10(full_v) - math.log10(target)) <= tol:
-            verdict = "reproduces"
-        elif lo <= target <= hi:
-            verdict = "partly"
-        else:
-            verdict = "does not"
+        verdict = ladder(abs(math.log10(full_v) - math.log10(target)) <= tol, lo <= target <= hi)
         what = "κ(G)" if power == 1 else "κ(G)⁶"
         rows.append({
             "claim": claim,

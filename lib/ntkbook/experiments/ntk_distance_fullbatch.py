@@ -3,12 +3,12 @@ r"""The distance to the network's own linearisation when MLP-Attn is trained (Pa
 :mod:`ntkbook.experiments.ntk_distance` measures the paper's Adam recipe (mini-batches of 128, lr
 1e-3, L2 1e-3), under which MLP-Attn does not fit its training set (training MSE about 0.6 on MNIST
 3 vs 8), so its distances are between networks that have barely moved. This experiment repeats that
-experiment's "Adam" line (:func:`ntkbook.experiments.ntk_distance.adam_point`: the network and its own
+experiment's "Adam" line (:func:`ntkbook.lazy.distance.adam_point`: the network and its own
 linearisation, trained by the same recipe from the same initial weights) with **full-batch** Adam,
 lr ``lr``, no L2, for ``steps`` steps: the recipe under which MLP-Attn does fit (the influence chapter
 found that the noise of mini-batches along the attention cone's axis swamps the signal across it).
-Data, models, initialisation and the distance are those of ``ntk_distance`` (its paper preset); each
-(model, width, seed) is one checkpointed point.
+Data, models, initialisation and the distance are those of ``ntk_distance``'s preset ``base``
+(:data:`ntkbook.lazy.distance.SETUPS`); each (model, width, seed) is one checkpointed point.
 """
 
 from __future__ import annotations
@@ -17,26 +17,35 @@ import dataclasses
 
 import numpy as np
 
-from ntkbook.experiments import ntk_distance as D
+from ntkbook.lazy import distance
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
+from ntkbook.verdicts import ladder
 
 NAME = "ntk_distance_fullbatch"
 VERSION = "1"
 
-#: a network counts as trained under ntk_distance's criterion
-TRAINED_ACC, TRAINED_MSE = D.TRAINED_ACC, D.TRAINED_MSE
-
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """``ntk_distance``'s Adam line on one task with full-batch Adam.
+
+    Presets: ``paper()`` (MNIST 3 vs 8, widths 16 to 4096, three seeds, 5,000 steps on
+    ``ntk_distance``'s paper data) and ``smoke()`` (widths 16 and 64, one seed, 200 steps, on
+    its smoke data).
+    """
+
+    #: the binary task (a key of :data:`ntkbook.lazy.distance.TASKS`)
     task: str = "mnist_3v8"
+    #: networks: "relu" (2L-ReLU) and/or "attn" (MLP-Attn)
     models: tuple[str, ...] = ("relu", "attn")
+    #: network widths
     widths: tuple[int, ...] = (16, 64, 256, 1024, 4096)
+    #: network seeds (initialisation; full batches have no batch order)
     seeds: tuple[int, ...] = (0, 1, 2)
     steps: int = 5000          # full-batch Adam steps (= epochs)
-    lr: float = 1e-2
-    l2: float = 0.0
+    lr: float = 1e-2           # Adam's learning rate
+    l2: float = 0.0            # L2 penalty, PyTorch's weight_decay
     base: str = "paper"        # the ntk_distance preset that fixes data and models
 
     @classmethod
@@ -47,18 +56,14 @@ class Config:
     def paper(cls) -> "Config":
         return cls()
 
-
-def distance_config(config: Config) -> D.Config:
-    """The ``ntk_distance`` config whose Adam line is run here: its preset ``base`` with full-batch
-    Adam (``adam_batch`` = the number of training points), ``steps`` epochs, ``lr`` and ``l2``."""
-    base = D.Config.smoke() if config.base == "smoke" else D.Config.paper()
-    if config.task not in base.tasks:
-        raise ValueError(f"task {config.task!r} is not one of ntk_distance's tasks {base.tasks}")
-    unknown = set(config.models) - set(base.models)
-    if unknown:
-        raise ValueError(f"unknown models {sorted(unknown)}; ntk_distance has {base.models}")
-    return dataclasses.replace(base, models=config.models, adam_batch=2 * base.n_train_per_class,
-                               adam_epochs=config.steps, adam_lr=config.lr, adam_l2=config.l2)
+    def __post_init__(self):
+        if self.task not in distance.TASKS:
+            raise ValueError(f"task {self.task!r} is not one of ntk_distance's tasks {tuple(distance.TASKS)}")
+        unknown = set(self.models) - set(distance.MODELS)
+        if unknown:
+            raise ValueError(f"unknown models {sorted(unknown)}; ntk_distance has {tuple(distance.MODELS)}")
+        if self.base not in distance.SETUPS:
+            raise ValueError(f"base must be one of {tuple(distance.SETUPS)}, got {self.base!r}")
 
 
 def estimate_seconds(config: Config) -> float:
@@ -68,14 +73,14 @@ def estimate_seconds(config: Config) -> float:
     return 60.0 + per_seed * len(config.seeds) * len(config.models)
 
 
-def trained(row: dict) -> bool:
-    return row["acc_train_net"] >= TRAINED_ACC and row["train_mse_net"] <= TRAINED_MSE
-
-
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """Prepare the task as ``ntk_distance`` does (preset ``base``), then run
+    :func:`ntkbook.lazy.distance.adam_point` with every training point in each step (``steps``
+    epochs, ``lr``, ``l2``) per model, width and seed, each checkpointed in ``points``. The result
+    holds one row of scalars per point, the test outputs of the first seed and the cone geometry."""
     points = points or PointStore(None)
-    dcfg = distance_config(config)
-    prep = D._prepare(config.task, dcfg)
+    setup = distance.SETUPS[config.base]
+    prep = distance.prepare(config.task, config.models, setup)
     ytr, yte = prep["ytr"], prep["yte"]
     rows, arrays = [], {}
     bar = Progress(len(config.models) * len(config.widths) * len(config.seeds), "full-batch distance")
@@ -87,8 +92,10 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                 for s in config.seeds:
                     arr, sc = points.cached(
                         f"model={model}/m={m}/seed={s}",
-                        lambda m=m, s=s: D.adam_point(pm["ztr"], ytr, pm["zte"], yte, f_te_inf, dcfg, m, s,
-                                                      "constant"))
+                        lambda m=m, s=s: distance.adam_point(
+                            pm["ztr"], ytr, pm["zte"], yte, f_te_inf, width=m, seed=s, lr=config.lr, l2=config.l2,
+                            epochs=config.steps, batch=2 * setup.n_train_per_class,
+                            train_dtype=setup.train_dtype))
                     rows.append({"model": model, "width": m, "seed": s, **sc})
                     if s == config.seeds[0]:
                         for k, v in arr.items():
@@ -112,10 +119,10 @@ def table(result: Result, key: str = "dist_net_lin") -> dict[tuple[str, int], np
 
 def trend(result: Result, model: str, key: str = "dist_net_lin") -> tuple[float, str]:
     """``(log-log slope, trend)`` of the mean over seeds against width, by the width chapter's rule
-    (:func:`ntkbook.experiments.ntk_distance.width_trend`)."""
+    (:func:`ntkbook.lazy.distance.width_trend`)."""
     t = table(result, key)
     ws = sorted(w for (mm, w) in t if mm == model)
-    return D.width_trend(ws, [t[(model, w)].mean() for w in ws])
+    return distance.width_trend(ws, [t[(model, w)].mean() for w in ws])
 
 
 def scorecard(result: Result) -> list[dict]:
@@ -128,15 +135,14 @@ def scorecard(result: Result) -> list[dict]:
     cfg = result.config
     mse, acc = table(result, "train_mse_net"), table(result, "acc_train_net")
     d = table(result, "dist_net_lin")
-    task = D.TASK_LABELS[result["task"]]
+    task = distance.TASK_LABELS[result["task"]]
     for model, claim, want in (("relu", "A.distance.relu", "decreasing"), ("attn", "A.distance.attn", "increasing")):
         if model not in cfg["models"]:
             continue
         slope, tr = trend(result, model)
         ws = sorted(w for (m, w) in d if m == model)
-        ok = all(trained({"acc_train_net": acc[(model, w)].mean(), "train_mse_net": mse[(model, w)].mean()})
-                 for w in ws)
-        verdict = ("reproduces" if ok else "partly") if tr == want else "does not"
+        ok = all(distance.trained(acc[(model, w)].mean(), mse[(model, w)].mean()) for w in ws)
+        verdict = ladder(tr == want and ok, tr == want)
         rows.append({"claim": claim,
                      "ours": (f"{task}, full-batch Adam: {d[(model, ws[0])].mean():.2g} → {d[(model, ws[-1])].mean():.2g} "
                               f"at m = {ws[0]}–{ws[-1]} ({tr}, slope {slope:+.3f}"

@@ -19,22 +19,13 @@ are optionally l2-normalised (``normalize="row"``, Paper A's choice), divided by
 (``"global"``: the root-mean-square norm of the transformed *training* rows, which changes no ratio
 of eigenvalues) or left alone (``"none"``).
 
-Two-layer ReLU network (NTK parameterisation)
----------------------------------------------
-:math:`f(x) = \frac{1}{\sqrt m}\sum_{r=1}^m a_r\,\mathrm{relu}(w_r\cdot x)` with
-:math:`w_r \sim \mathcal N(0, I_d)` trained and :math:`a_r \in \{\pm1\}` fixed. With
-``symmetric=True`` (default) the second half of the neurons copies the first half's ``w`` with the
-opposite ``a``, so :math:`f \equiv 0` at initialisation (the "doubling trick"); the empirical NTK at
-initialisation is then an average over ``m/2`` independent neurons and the linearised predictor
-starts at zero, exactly like the infinite-width one. **2L-ReLU** applies it to (normalised) raw
-inputs, **MLP-Attn** to the attention-transformed ones.
-
-Because only ``W`` is trained, the empirical NTK has the closed form
-
-.. math:: \hat\Theta(x, x') = (x\cdot x')\;\frac1m\sum_r \mathbf 1[w_r\cdot x>0]\,\mathbf 1[w_r\cdot x'>0],
-
-(:func:`entk_W`), and its infinite-width limit is the arc-cosine kernel of degree 0 times
-:math:`x\cdot x'` (:func:`ntk`, which is ``ntkbook.ntk.kernels.relu_ntk(..., trainable="W")``).
+The networks
+------------
+**2L-ReLU** is the two-layer ReLU network of :mod:`ntkbook.models.two_layer` (its one definition,
+with its closed-form empirical NTK and analytic NTK) applied to (normalised) raw inputs,
+**MLP-Attn** the same network applied to the attention-transformed ones (:func:`transform`).
+:func:`init_heads`, :func:`apply_heads` and :func:`entk_W_heads` are its ``C``-output form as the
+influence chapter uses it, and :func:`inputs_jax` a differentiable :func:`transform`.
 """
 
 from __future__ import annotations
@@ -45,18 +36,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.models import two_layer
+
 __all__ = [
     "NORMALIZATIONS",
     "attention",
-    "attention_gram",
     "normalize_rows",
     "transform",
-    "init",
-    "apply",
-    "apply_batch",
-    "entk_W",
-    "ntk",
-    "span_coordinates",
+    "init_heads",
+    "apply_heads",
+    "inputs_jax",
+    "entk_W_heads",
 ]
 
 NORMALIZATIONS = ("row", "global", "none")
@@ -110,120 +100,19 @@ def transform(x_train, x_test=None, *, attend: bool, normalize: str = "row"):
     return zt, zs
 
 
-def attention_gram(x_train):
-    """``G~ = (X X^T X)(X X^T X)^T`` formed explicitly in float64 (equals ``G^3`` exactly)."""
-    A = attention(x_train)
-    return A @ A.T
-
-
 # --------------------------------------------------------------------------------------------------
-# two-layer ReLU network
-# --------------------------------------------------------------------------------------------------
-def init(key, d: int, m: int, *, symmetric: bool = True, dtype=jnp.float32):
-    """Parameters ``{"W": (m, d), "a": (m,)}``; only ``W`` is trained (``a`` is held fixed).
-
-    ``symmetric=True`` needs an even ``m``: rows ``m/2..m-1`` of ``W`` copy rows ``0..m/2-1`` and
-    ``a = (+1, ..., +1, -1, ..., -1)``, so the network outputs exactly 0 at initialisation.
-    ``symmetric=False`` draws independent rows and random signs.
-    """
-    if symmetric:
-        if m % 2:
-            raise ValueError(f"symmetric initialisation needs an even width, got m={m}")
-        W = jax.random.normal(key, (m // 2, d), dtype)
-        W = jnp.concatenate([W, W], axis=0)
-        a = jnp.concatenate([jnp.ones(m // 2, dtype), -jnp.ones(m // 2, dtype)])
-    else:
-        kw, ka = jax.random.split(key)
-        W = jax.random.normal(kw, (m, d), dtype)
-        a = jnp.where(jax.random.bernoulli(ka, 0.5, (m,)), 1.0, -1.0).astype(dtype)
-    return {"W": W, "a": a}
-
-
-def apply(params, x):
-    """Output ``(1,)`` of the network for ONE input ``x`` of shape ``(d,)``."""
-    W, a = params["W"], params["a"]
-    h = jax.nn.relu(jnp.dot(W, x, precision=jax.lax.Precision.HIGHEST))
-    return (jnp.dot(a, h, precision=jax.lax.Precision.HIGHEST) / jnp.sqrt(W.shape[0]))[None]
-
-
-def apply_batch(params, x):
-    """Outputs ``(N,)`` for a batch ``x`` of shape ``(N, d)`` (one matmul, no vmap)."""
-    W, a = params["W"], params["a"]
-    h = jax.nn.relu(jnp.matmul(x, W.T, precision=jax.lax.Precision.HIGHEST))
-    return jnp.matmul(h, a, precision=jax.lax.Precision.HIGHEST) / jnp.sqrt(W.shape[0])
-
-
-def entk_W(params, x1, x2=None):
-    """Closed-form empirical NTK with respect to ``W`` (float64 numpy, ``(N1, N2)``)."""
-    W = np.asarray(params["W"], dtype=np.float64)
-    a = np.asarray(params["a"], dtype=np.float64)
-    x1 = np.asarray(x1, dtype=np.float64)
-    x2 = x1 if x2 is None else np.asarray(x2, dtype=np.float64)
-    s1 = (x1 @ W.T > 0) * a  # a_r relu'(w_r . x)
-    s2 = s1 if x2 is x1 else (x2 @ W.T > 0) * a
-    return (x1 @ x2.T) * (s1 @ s2.T) / W.shape[0]
-
-
-def ntk(x1, x2=None):
-    """Analytic infinite-width NTK (W trained, a fixed) of the two-layer ReLU net, float64 numpy:
-    ``ntkbook.ntk.kernels.relu_ntk(x1, x2, trainable="W")``.
-
-    For MLP-Attn pass the attention-transformed inputs (see :func:`transform`): the NTK of the
-    cascade is the ReLU NTK evaluated on them. ``x2=None`` gives the symmetric train-train kernel
-    with an exact diagonal.
-    """
-    from ntkbook.ntk.kernels import relu_ntk
-
-    with jax.enable_x64(True):
-        a = jnp.asarray(np.asarray(x1, dtype=np.float64))
-        b = None if x2 is None else jnp.asarray(np.asarray(x2, dtype=np.float64))
-        return np.asarray(relu_ntk(a, b, trainable="W"), dtype=np.float64)
-
-
-# --------------------------------------------------------------------------------------------------
-# exact dimension reduction
-# --------------------------------------------------------------------------------------------------
-def span_coordinates(*arrays, rtol: float = 1e-12):
-    """Coordinates of the rows of ``arrays`` in an orthonormal basis of their joint row span.
-
-    A network whose first layer is ``w . x`` with ``w ~ N(0, I_d)`` trained by gradient descent on
-    inputs spanning a ``p``-dimensional subspace ``Q`` (``d x p``, orthonormal columns) behaves
-    exactly like one on the ``p``-dimensional coordinates ``Q^T x``: ``w . x = (Q^T w) . (Q^T x)``,
-    ``Q^T w ~ N(0, I_p)``, and gradients never leave the span. Returns the list of coordinate arrays
-    (float64, ``(N_k, p)``) and ``Q``.
-    """
-    stacked = np.concatenate([np.asarray(a, dtype=np.float64) for a in arrays], axis=0)
-    _, s, vt = np.linalg.svd(stacked, full_matrices=False)
-    keep = s > rtol * s[0]
-    Q = vt[keep].T
-    return [np.asarray(a, dtype=np.float64) @ Q for a in arrays], Q
-
-
-# --------------------------------------------------------------------------------------------------
-# multi-output heads and a differentiable input map (used by the influence chapter)
+# the C-output network and a differentiable input map (used by the influence chapter)
 # --------------------------------------------------------------------------------------------------
 def init_heads(key, d: int, m: int, C: int, *, dtype=jnp.float32):
-    r"""Parameters ``{"W": (m, d), "a": (m, C)}`` of the ``C``-output network
-    :math:`f_c(x) = m^{-1/2}\sum_r a_{rc}\,\mathrm{relu}(w_r\cdot x)` with fixed heads
-    ``a_rc = +-1`` (only ``W`` trained), symmetric: rows ``m/2..m-1`` copy ``W``'s first half with
-    the opposite heads, so ``f = 0`` at initialisation. ``C = 1`` is the binary network of
-    :func:`init` (with random instead of constant head signs on the first half).
-    """
-    if m % 2:
-        raise ValueError(f"symmetric initialisation needs an even width, got m={m}")
-    if C < 1:
-        raise ValueError(f"C must be >= 1, got {C}")
-    kw, ka = jax.random.split(key)
-    W = jax.random.normal(kw, (m // 2, d), dtype)
-    A = jnp.where(jax.random.bernoulli(ka, 0.5, (m // 2, C)), 1.0, -1.0).astype(dtype)
-    return {"W": jnp.concatenate([W, W], axis=0), "a": jnp.concatenate([A, -A], axis=0)}
+    """Parameters ``{"W": (m, d), "a": (m, C)}`` of the ``C``-output network with fixed heads
+    ``a_rc = +-1`` and a symmetric start (``f = 0``): :func:`ntkbook.models.two_layer.init_heads`."""
+    return two_layer.init_heads(key, d, m, C, dtype=dtype)
 
 
 def apply_heads(params, z):
-    """Outputs ``(N, C)`` of the multi-head network for inputs ``z`` ``(N, d)``."""
-    W, a = params["W"], params["a"]
-    h = jax.nn.relu(jnp.matmul(z, W.T, precision=jax.lax.Precision.HIGHEST))
-    return jnp.matmul(h, a, precision=jax.lax.Precision.HIGHEST) / jnp.sqrt(W.shape[0])
+    """Outputs ``(N, C)`` of the ``C``-output network for inputs ``z`` ``(N, d)``:
+    :func:`ntkbook.models.two_layer.apply_batch`."""
+    return two_layer.apply_batch(params, z)
 
 
 def inputs_jax(x_context, x, *, attend: bool):
@@ -236,19 +125,8 @@ def inputs_jax(x_context, x, *, attend: bool):
 
 
 def entk_W_heads(params, z1, z2=None):
-    r"""Class-diagonal block of the empirical NTK (with respect to ``W``) of the multi-head network,
-    float64 numpy ``(N1, N2)``: since ``a_rc^2 = 1`` every output has the same block
-
-    .. math:: \Theta_{cc}(z, z') = (z\cdot z')\,\frac1m\sum_r \mathbf 1[w_r\cdot z>0]\,\mathbf 1[w_r\cdot z'>0].
-
-    The off-diagonal blocks ``c != c'`` carry the factor ``a_rc a_rc'`` and are not returned.
-    """
-    W = np.asarray(params["W"], dtype=np.float64)
-    z1 = np.asarray(z1, dtype=np.float64)
-    z2 = z1 if z2 is None else np.asarray(z2, dtype=np.float64)
-    s1 = (z1 @ W.T > 0).astype(np.float64)
-    s2 = s1 if z2 is z1 else (z2 @ W.T > 0).astype(np.float64)
-    return (z1 @ z2.T) * (s1 @ s2.T) / W.shape[0]
-
-
-__all__ += ["init_heads", "apply_heads", "inputs_jax", "entk_W_heads"]
+    r"""Class-diagonal block of the empirical NTK (with respect to ``W``) of the ``C``-output
+    network, float64 numpy ``(N1, N2)``; since ``a_rc^2 = 1`` every output has the same block
+    :math:`(z\cdot z')\,\frac1m\sum_r \mathbf 1[w_r\cdot z>0]\,\mathbf 1[w_r\cdot z'>0]`
+    (:func:`ntkbook.models.two_layer.entk_W`)."""
+    return two_layer.entk_W(params, z1, z2)

@@ -34,9 +34,8 @@ gives a zero row (ReLU's derivative at 0 is taken as 0, as in ``jax.nn.relu``). 
 nearly parallel distinct inputs have relative errors up to ~1e-8 in float64; with ``x2=None`` the
 diagonal uses :math:`\theta = 0` exactly.
 
-For Monte Carlo checks :func:`relu_network_init` / :func:`relu_network_apply` give the finite-width
-network in the per-example convention of :mod:`ntkbook.ntk.entk` (output shape ``(1,)``), with parameters
-``{"W": (m, d), "a": (m,)}``; the empirical NTK with ``param_filter="W"`` converges to
+The finite-width network itself, its initialisations and its closed-form empirical NTK are in
+:mod:`ntkbook.models.two_layer`: its empirical NTK with ``param_filter="W"`` converges to
 :func:`relu_ntk` with ``trainable="W"``, and over all parameters to ``trainable="all"``.
 """
 
@@ -45,7 +44,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["relu_nngp", "relu_ntk", "relu_network_init", "relu_network_apply"]
+__all__ = ["relu_nngp", "relu_ntk"]
 
 
 def _geometry(x1, x2):
@@ -88,26 +87,3 @@ def relu_ntk(x1, x2=None, *, trainable: str = "W"):
     if trainable == "all":
         k = k + nn * (jnp.sin(theta) + (jnp.pi - theta) * cos) / (2 * jnp.pi)
     return k
-
-
-def relu_network_init(key, d: int, m: int, *, a_dist: str = "sign", dtype=None):
-    """Parameters ``{"W": (m, d) ~ N(0,1), "a": (m,)}`` with ``a`` uniform on ±1 (``a_dist="sign"``)
-    or standard normal (``"normal"``).  ``dtype`` defaults to JAX's default float."""
-    if a_dist not in ("sign", "normal"):
-        raise ValueError(f"a_dist must be 'sign' or 'normal', got {a_dist!r}")
-    dtype = jnp.zeros(()).dtype if dtype is None else dtype
-    kw, ka = jax.random.split(key)
-    W = jax.random.normal(kw, (m, d), dtype=dtype)
-    if a_dist == "sign":
-        a = jax.random.rademacher(ka, (m,), dtype=dtype)
-    else:
-        a = jax.random.normal(ka, (m,), dtype=dtype)
-    return {"W": W, "a": a}
-
-
-def relu_network_apply(params, x):
-    r""":math:`f(x) = m^{-1/2} \sum_r a_r \mathrm{relu}(w_r \cdot x)` for ONE input ``x`` (d,);
-    returns shape ``(1,)`` (the per-example convention of :mod:`ntkbook.ntk.entk`)."""
-    W, a = params["W"], params["a"]
-    h = jax.nn.relu(jnp.matmul(W, x, precision=jax.lax.Precision.HIGHEST))
-    return (jnp.dot(a, h, precision=jax.lax.Precision.HIGHEST) / jnp.sqrt(W.shape[0]))[None]

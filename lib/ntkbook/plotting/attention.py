@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ntkbook.experiments import ntk_distance, ntk_distance_fullbatch
+from ntkbook.lazy.distance import MODELS, TRAINED_ACC, TRAINED_MSE
 from ntkbook.plotting import PALETTE, new_figure
+from ntkbook.stats import mean_spread
 from ntkbook.store import Result
 
 MODEL_STYLE = {"relu": dict(color=PALETTE[0], marker="o"), "attn": dict(color=PALETTE[1], marker="s")}
@@ -80,24 +83,17 @@ def _width_axis(ax, widths, ylog: bool = True):
     ax.set_xlabel("width $m$")
 
 
-def _values(result: Result, task: str, model: str, key: str, line: str = "gd", rule: str = "constant"):
-    entry = result["table"][f"{task}/{model}"]
-    pts = entry["points"] if line == "gd" else entry["adam"][rule]
-    widths = np.array(sorted(int(m) for m in pts))
-    return widths, np.array([pts[str(m)][key] for m in widths], dtype=float)
-
-
 def plot_ntk_distance(result: Result, key: str = "dist_test_T", *, relative: bool = False, ylabel=None):
-    """GD line: ``||f_m - f_NTK||`` versus width, log-log, one panel per task, mean +- std over seeds,
-    with a ``1/sqrt(m)`` reference line."""
+    """GD line: ``||f_m - f_NTK||`` versus width, log-log, one panel per task, mean +- sample
+    standard deviation over seeds, with a ``1/sqrt(m)`` reference line."""
     tasks = list(result.config["tasks"])
     fig, axes = _panel_grid(len(tasks), height=3.4)
     for ax, task in zip(axes, tasks):
         for model in result.config["models"]:
-            widths, v = _values(result, task, model, key)
+            widths, v = ntk_distance.point_values(result, task, model, key)
             if relative:
                 v = v / result[f"{task}/{model}/ntk_rms"][-2]
-            mu, sd = v.mean(axis=1), v.std(axis=1)
+            mu, sd = mean_spread(v, axis=1)
             ax.errorbar(widths, mu, yerr=sd, capsize=3, lw=1.3, ms=4, label=result["models"][model],
                         **MODEL_STYLE[model])
             ax.plot(widths, mu[0] * np.sqrt(widths[0] / widths), ls=":", lw=1, color=MODEL_STYLE[model]["color"])
@@ -115,9 +111,8 @@ def plot_adam_distance(result: Result, rule: str = "constant"):
     """Adam line: top row, the distance between each network and its own linearisation (solid) and
     to the converged kernel regression (dashed); bottom row, the networks' training MSE, with the
     MSE threshold of "trained". Hollow markers: networks that did not train (by MSE and training
-    accuracy, :func:`ntkbook.experiments.ntk_distance.is_trained`)."""
-    from ntkbook.experiments.ntk_distance import TRAINED_ACC, TRAINED_MSE
-
+    accuracy, :func:`ntkbook.lazy.distance.trained`). Error bars: sample standard deviation over
+    seeds."""
     tasks = list(result.config["adam_tasks"])
     fig, axes = new_figure(len(tasks), 2, width=8.0, height=6.0, sharex="col")
     axes = np.asarray(axes).reshape(2, len(tasks))
@@ -125,14 +120,14 @@ def plot_adam_distance(result: Result, rule: str = "constant"):
         top, bot = axes[0, j], axes[1, j]
         for model in result.config["models"]:
             st = MODEL_STYLE[model]
-            widths, d = _values(result, task, model, "dist_net_lin", "adam", rule)
-            _, dn = _values(result, task, model, "dist_net_ntk", "adam", rule)
-            _, mse = _values(result, task, model, "train_mse_net", "adam", rule)
-            _, acc = _values(result, task, model, "acc_train_net", "adam", rule)
+            widths, d = ntk_distance.point_values(result, task, model, "dist_net_lin", line="adam", rule=rule)
+            _, dn = ntk_distance.point_values(result, task, model, "dist_net_ntk", line="adam", rule=rule)
+            _, mse = ntk_distance.point_values(result, task, model, "train_mse_net", line="adam", rule=rule)
+            _, acc = ntk_distance.point_values(result, task, model, "acc_train_net", line="adam", rule=rule)
             ok = (mse.mean(axis=1) <= TRAINED_MSE) & (acc.mean(axis=1) >= TRAINED_ACC)
-            mu = d.mean(axis=1)
+            mu, sd = mean_spread(d, axis=1)
             top.plot(widths, mu, "-", color=st["color"], lw=1.5, label=f"{result['models'][model]}: net vs own linearisation")
-            top.errorbar(widths, mu, yerr=d.std(axis=1), fmt="none", ecolor=st["color"], capsize=3)
+            top.errorbar(widths, mu, yerr=sd, fmt="none", ecolor=st["color"], capsize=3)
             top.plot(widths[ok], mu[ok], ls="none", ms=6, **st)
             top.plot(widths[~ok], mu[~ok], ls="none", ms=6, mfc="white", **st)
             top.plot(widths, dn.mean(axis=1), "--", color=st["color"], lw=1.2,
@@ -156,7 +151,7 @@ def plot_adam_distance(result: Result, rule: str = "constant"):
 
 def plot_lr_scaling(result: Result):
     """Net-vs-linearisation distance with Adam's lr constant (solid) and scaled as 1/sqrt(m)
-    (dashed), per task."""
+    (dashed), per task; mean +- sample standard deviation over seeds."""
     tasks = [t for t in result.config["adam_tasks"] if t in result.config["scaled_lr_tasks"]]
     rules = list(result.config["lr_rules"])
     fig, axes = _panel_grid(len(tasks), width=4.5 * len(tasks) if len(tasks) < 2 else 8.0, height=3.6)
@@ -164,8 +159,9 @@ def plot_lr_scaling(result: Result):
         for model in result.config["models"]:
             st = MODEL_STYLE[model]
             for rule, ls, mfc in zip(rules, ("-", "--"), (st["color"], "white")):
-                widths, d = _values(result, task, model, "dist_net_lin", "adam", rule)
-                ax.errorbar(widths, d.mean(axis=1), yerr=d.std(axis=1), ls=ls, capsize=3, lw=1.3, ms=5,
+                widths, d = ntk_distance.point_values(result, task, model, "dist_net_lin", line="adam", rule=rule)
+                mu, sd = mean_spread(d, axis=1)
+                ax.errorbar(widths, mu, yerr=sd, ls=ls, capsize=3, lw=1.3, ms=5,
                             mfc=mfc, color=st["color"], marker=st["marker"],
                             label=f"{result['models'][model]}, {result['lr_rules'][rule]}")
         ax.set_yscale("symlog", linthresh=1e-3)
@@ -215,8 +211,9 @@ def plot_cone(result: Result):
 
 def plot_kernel_movement(result: Result):
     """``||K_T - K_0||_F / ||K_0||_F`` versus width for GD (solid) and Adam (dashed, where the Adam
-    line ran), with a ``1/sqrt(m)`` line. Widths at which the kernel did not move at all (no
-    activation pattern changed) cannot be drawn on a log axis and are left out."""
+    line ran), with a ``1/sqrt(m)`` line; mean +- sample standard deviation over seeds. Widths at
+    which the kernel did not move at all (no activation pattern changed) cannot be drawn on a log
+    axis and are left out."""
     tasks = list(result.config["tasks"])
     fig, axes = _panel_grid(len(tasks), height=3.4, sharey=True)
     for ax, task in zip(axes, tasks):
@@ -226,8 +223,8 @@ def plot_kernel_movement(result: Result):
             if task in result.config["adam_tasks"]:
                 lines.append(("kernel_move", "adam", "--", "white", "Adam"))
             for key, line, ls, mfc, name in lines:
-                widths, v = _values(result, task, model, key, line)
-                mu, sd = v.mean(axis=1), v.std(axis=1)
+                widths, v = ntk_distance.point_values(result, task, model, key, line=line)
+                mu, sd = mean_spread(v, axis=1)
                 ok = mu > 0
                 ax.errorbar(widths[ok], mu[ok], yerr=sd[ok], capsize=3, lw=1.3, ms=5, ls=ls, mfc=mfc,
                             color=st["color"], marker=st["marker"], label=f"{result['models'][model]}, {name}")
@@ -266,37 +263,35 @@ def plot_distance_vs_time(result: Result, task: str):
 
 def plot_fullbatch_distance(result: Result, paper_recipe: Result | None = None):
     """Full-batch Adam line (:mod:`ntkbook.experiments.ntk_distance_fullbatch`): left, each
-    network's distance to its own linearisation against width (mean and spread over seeds; with
+    network's distance to its own linearisation against width (mean and sample standard deviation
+    over seeds; with
     ``paper_recipe``, the ``ntk_distance`` result, the same quantity under the paper's mini-batch
     recipe as thin dotted lines); right, the networks' training MSE with the "trained" threshold.
     Hollow markers: networks that did not train."""
-    from ntkbook.experiments import ntk_distance_fullbatch as FB
-
     fig, (left, right) = new_figure(2, 1, width=8.0, height=3.4)
     models = result.config["models"]
-    d = FB.table(result, "dist_net_lin")
-    mse = FB.table(result, "train_mse_net")
-    acc = FB.table(result, "acc_train_net")
+    d = ntk_distance_fullbatch.table(result, "dist_net_lin")
+    mse = ntk_distance_fullbatch.table(result, "train_mse_net")
+    acc = ntk_distance_fullbatch.table(result, "acc_train_net")
     for model in models:
         st = MODEL_STYLE[model]
         ws = np.asarray(sorted(w for (m, w) in d if m == model))
-        mu = np.asarray([d[(model, w)].mean() for w in ws])
-        sd = np.asarray([d[(model, w)].std() for w in ws])
+        mu, sd = (np.asarray(v) for v in zip(*(mean_spread(d[(model, w)]) for w in ws)))
         e = np.asarray([mse[(model, w)].mean() for w in ws])
-        ok = (e <= FB.TRAINED_MSE) & (np.asarray([acc[(model, w)].mean() for w in ws]) >= FB.TRAINED_ACC)
-        name = {"relu": "2L-ReLU", "attn": "MLP-Attn"}.get(model, model)
+        ok = (e <= TRAINED_MSE) & (np.asarray([acc[(model, w)].mean() for w in ws]) >= TRAINED_ACC)
+        name = MODELS.get(model, model)
         left.plot(ws, mu, "-", color=st["color"], lw=1.5, label=f"{name}, full batch")
         left.errorbar(ws, mu, yerr=sd, fmt="none", ecolor=st["color"], capsize=3)
         left.plot(ws[ok], mu[ok], ls="none", ms=6, **st)
         left.plot(ws[~ok], mu[~ok], ls="none", ms=6, mfc="white", **st)
         if paper_recipe is not None:
-            pw, pd = _values(paper_recipe, result["task"], model, "dist_net_lin", "adam", "constant")
+            pw, pd = ntk_distance.point_values(paper_recipe, result["task"], model, "dist_net_lin", line="adam")
             left.plot(pw, pd.mean(axis=1), ":", color=st["color"], lw=1.2, label=f"{name}, paper's recipe")
         right.plot(ws, e, "-", color=st["color"], lw=1.5)
         right.plot(ws[ok], e[ok], ls="none", ms=6, **st)
         right.plot(ws[~ok], e[~ok], ls="none", ms=6, mfc="white", **st)
-    right.axhline(FB.TRAINED_MSE, color="0.4", ls=":", lw=1)
-    right.text(ws[0], FB.TRAINED_MSE * 1.05, "MSE criterion", fontsize=10, color="0.3", va="bottom")
+    right.axhline(TRAINED_MSE, color="0.4", ls=":", lw=1)
+    right.text(ws[0], TRAINED_MSE * 1.05, "MSE criterion", fontsize=10, color="0.3", va="bottom")
     _width_axis(left, ws)
     _width_axis(right, ws, ylog=False)
     right.set_ylim(0, 1.1)

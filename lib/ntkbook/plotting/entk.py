@@ -6,6 +6,7 @@ from __future__ import annotations
 import matplotlib.ticker
 import numpy as np
 
+from ntkbook.experiments.lanczos_ghosts import KEYS
 from ntkbook.plotting import PALETTE, new_figure
 from ntkbook.store import Result
 
@@ -62,13 +63,13 @@ def plot_lanczos_ghosts(result: Result, *, n_lines: int | None = None):
     below (c) and (d) for the four runs, both outside the axes so that they hide nothing."""
     fig, axes = new_figure(2, 2, width=10.0, height=8.0)
     (ax1, ax2), (ax3, ax4) = axes
-    exact = result["synthetic_exact"]
+    exact = result[KEYS["synthetic"]["exact"]]
     n_top = int(result.config["n_top"])
     n_lines = n_lines or n_top
     colors = [PALETTE[i % 6] for i in range(n_lines)]
     for ax, label, title in ((ax1, "plain", "(a) plain three-term recurrence"),
                              (ax2, "reorth", "(b) full re-orthogonalisation")):
-        hist = result[f"synthetic_{label}_ritz"]
+        hist = result[KEYS["synthetic"][f"{label}_ritz"]]
         steps = np.arange(1, hist.shape[0] + 1)
         for lam in exact[:n_top]:
             ax.axhline(lam, color="0.6", ls="--", lw=0.7)
@@ -86,10 +87,10 @@ def plot_lanczos_ghosts(result: Result, *, n_lines: int | None = None):
     names = {"synthetic": "synthetic", "entk": "eNTK (MNIST)"}
     for op in ("synthetic", "entk"):
         for label, color in (("plain", PALETTE[1]), ("reorth", PALETTE[0])):
-            orth = result[f"{op}_{label}_orth"]
+            orth = result[KEYS[op][f"{label}_orth"]]
             ax3.semilogy(np.arange(1, orth.size + 1), np.maximum(orth, 1e-17), styles[op], color=color,
                          lw=1.5, label=f"{names[op]}, {'plain' if label == 'plain' else 're-orthogonalised'}")
-            err = result[f"{op}_{label}_topk_error"]
+            err = result[KEYS[op][f"{label}_topk_error"]]
             ax4.semilogy(np.arange(1, err.size + 1), np.maximum(err, 1e-17), styles[op], color=color,
                          lw=1.5)
     ax3.set_xlabel("Lanczos step $s$")
