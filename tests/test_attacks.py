@@ -9,14 +9,14 @@ import pytest
 
 from ntkbook.influence import attacks
 from ntkbook.influence.losses import attack_loss
-from ntkbook.models import attention as att
+from ntkbook.models import two_layer
 
 
 def _problem(seed, attend=False, C=3, n=24, d=20):
     rng = np.random.default_rng(seed)
     x = rng.uniform(size=(n, d)).astype(np.float32)
     x[:, :3] = np.round(x[:, :3])  # pixels on the box's faces
-    p = att.init_heads(jax.random.PRNGKey(seed), d, 32, C)
+    p = two_layer.init_heads(jax.random.PRNGKey(seed), d, 32, C)
     p = {"W": p["W"] + jax.random.normal(jax.random.PRNGKey(seed + 100), p["W"].shape), "a": p["a"]}
     y = np.eye(C, dtype=np.float32)[rng.integers(0, C, n)] if C > 1 else np.sign(rng.normal(size=(n, 1))).astype(np.float32)
     return jnp.asarray(x), p, jnp.asarray(y), attack_loss(attend, C)

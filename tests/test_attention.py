@@ -82,18 +82,18 @@ def test_symmetric_init_outputs_zero():
 def test_heads_network_is_the_network_with_C_outputs():
     """The influence chapter's C-output names are the two-layer network: outputs, and the eNTK block."""
     X = jnp.asarray(_data(6, 4))
-    params = attention.init_heads(jax.random.PRNGKey(3), 4, 10, 3, dtype=jnp.float64)
-    out = attention.apply_heads(params, X)
+    params = two_layer.init_heads(jax.random.PRNGKey(3), 4, 10, 3, dtype=jnp.float64)
+    out = two_layer.apply_batch(params, X)
     assert out.shape == (6, 3)
     np.testing.assert_allclose(out, 0.0, atol=1e-12)  # symmetric start
     params = {"W": params["W"][:5], "a": params["a"][:5]}  # break the symmetry
-    out = attention.apply_heads(params, X)
+    out = two_layer.apply_batch(params, X)
     for c in range(3):
         single = {"W": params["W"], "a": params["a"][:, c]}
         np.testing.assert_allclose(out[:, c], two_layer.apply_batch(single, X), atol=1e-12)
         K = entk.entk(two_layer.apply, single, X, reduction="class", class_index=0,
                       param_filter="W")
-        np.testing.assert_allclose(attention.entk_W_heads(params, X), np.asarray(K), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(two_layer.entk_W(params, X), np.asarray(K), rtol=1e-10, atol=1e-12)
 
 
 def test_linearisation_and_offset():

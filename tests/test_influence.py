@@ -10,7 +10,7 @@ import scipy.stats
 
 from ntkbook.influence import interventions, scores, training
 from ntkbook.influence.tasks import task_data, targets
-from ntkbook.models import attention as att
+from ntkbook.models import attention, two_layer
 
 
 def _kernel_problem(n=14, T=9, C=3, seed=0):
@@ -39,9 +39,9 @@ def test_influence_matches_brute_force_on_ntk_of_trained_shape():
     # the kernel the chapter uses: class-diagonal eNTK of the multi-head net on attention inputs
     rng = np.random.default_rng(1)
     x = rng.uniform(size=(30, 12))
-    ztr, zte = att.transform(x[:20], x[20:], attend=True, normalize="row")
-    params = att.init_heads(jax.random.PRNGKey(0), 12, 64, 3)  # the kernel is formed in float64
-    K, Kx = att.entk_W_heads(params, ztr), att.entk_W_heads(params, zte, ztr)
+    ztr, zte = attention.transform(x[:20], x[20:], attend=True, normalize="row")
+    params = two_layer.init_heads(jax.random.PRNGKey(0), 12, 64, 3)  # the kernel is formed in float64
+    K, Kx = two_layer.entk_W(params, ztr), two_layer.entk_W(params, zte, ztr)
     Y, Yt = np.eye(3)[rng.integers(0, 3, 20)], np.eye(3)[rng.integers(0, 3, 10)]
     lam = 1e-3
     f = Kx @ np.linalg.solve(K + lam * np.eye(20), Y)
@@ -61,11 +61,11 @@ def test_entk_heads_is_the_class_diagonal_block():
     with jax.enable_x64(True):
         rng = np.random.default_rng(2)
         z = jnp.asarray(rng.normal(size=(5, 4)))
-        p = att.init_heads(jax.random.PRNGKey(3), 4, 8, 3, dtype=jnp.float64)
+        p = two_layer.init_heads(jax.random.PRNGKey(3), 4, 8, 3, dtype=jnp.float64)
         p = {"W": p["W"] + 0.3 * jax.random.normal(jax.random.PRNGKey(4), p["W"].shape, jnp.float64), "a": p["a"]}
-        J = jax.jacrev(lambda W: att.apply_heads({"W": W, "a": p["a"]}, z))(p["W"])  # (N, C, m, d)
+        J = jax.jacrev(lambda W: two_layer.apply_batch({"W": W, "a": p["a"]}, z))(p["W"])  # (N, C, m, d)
         J = np.asarray(J).reshape(5, 3, -1)
-        closed = att.entk_W_heads(p, np.asarray(z))
+        closed = two_layer.entk_W(p, np.asarray(z))
         for c in range(3):
             np.testing.assert_allclose(J[:, c] @ J[:, c].T, closed, rtol=1e-10, atol=1e-12)
 
@@ -127,7 +127,7 @@ def test_experiment_pipeline_fixed_points(data_dir):
     data = task_data("mnist_3v8", 40, 40)
     xtr, ltr, xte, lte, C = data
     for model in ("relu", "attn"):
-        ztr, _ = att.transform(xtr, xte, attend=model == "attn", normalize="row")
+        ztr, _ = attention.transform(xtr, xte, attend=model == "attn", normalize="row")
         params, _ = training.train_model(ztr, targets(ltr, C), C, recipe, seed=0, model=model)
         _, sc = interventions.evaluate(params, data, model, settings, 0, do_ablation=False)
         for inter in ("adversarial", "transformed"):
@@ -146,7 +146,7 @@ def test_train_model_recipes():
     recipe = training.TrainRecipe(width=64, epochs=3, batch=16, lr=1e-2, l2=0.0, attn_steps=7)
     xtr, ltr, xte, lte, C = task_data("mnist_3v8", 40, 40)
     y = targets(ltr, C)
-    z, _ = att.transform(xtr, xte, attend=True, normalize="row")
+    z, _ = attention.transform(xtr, xte, attend=True, normalize="row")
     _, h_attn = training.train_model(z, y, C, recipe, seed=0, model="attn")
     _, h_relu = training.train_model(z, y, C, recipe, seed=0, model="relu")
     _, h_same = training.train_model(z, y, C, dataclasses.replace(recipe, attn_steps=None), seed=0,
@@ -163,7 +163,7 @@ def test_mim_needs_its_steps():
     settings = interventions.EvalSettings(lam=1e-3, top_fraction=0.1, eps=0.1, attacks=("mim",),
                                           interventions=("adversarial",), pgd_steps=2, pgd_step_size=0.04)
     x = np.full((4, 3), 0.5)
-    params = att.init_heads(jax.random.PRNGKey(0), 3, 8, 1)
+    params = two_layer.init_heads(jax.random.PRNGKey(0), 3, 8, 1)
     with pytest.raises(ValueError, match="mim_steps"):
         interventions.run_attack("mim", params, x, np.ones((4, 1)), False, 1, 0.1, settings,
                                  np.ones(4, bool), jax.random.PRNGKey(0))

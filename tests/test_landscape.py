@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 
 from ntkbook.influence import landscape
-from ntkbook.models import attention as att
+from ntkbook.models import two_layer
 
 
 def _model(C=2):
     rng = np.random.default_rng(0)
     z = jnp.asarray(rng.normal(size=(20, 4)))
     y = jnp.asarray(np.eye(C)[rng.integers(0, C, 20)])
-    p = att.init_heads(jax.random.PRNGKey(1), 4, 6, C, dtype=jnp.float64)
+    p = two_layer.init_heads(jax.random.PRNGKey(1), 4, 6, C, dtype=jnp.float64)
     p = {"W": p["W"] + 0.5 * jax.random.normal(jax.random.PRNGKey(2), p["W"].shape, jnp.float64), "a": p["a"]}
 
     def loss(q):
-        return jnp.mean((att.apply_heads(q, z) - y) ** 2)
+        return jnp.mean((two_layer.apply_batch(q, z) - y) ** 2)
 
     return p, loss
 

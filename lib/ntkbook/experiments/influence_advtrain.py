@@ -34,7 +34,7 @@ from ntkbook.influence import interventions, training
 from ntkbook.influence.losses import data_loss
 from ntkbook.influence.readout import TRAINED_ACC, stat, trained
 from ntkbook.influence.tasks import MODELS, TASK_LABELS, accuracy, input_dim, task_data, targets
-from ntkbook.models import attention as att
+from ntkbook.models import attention, two_layer
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
 
@@ -123,7 +123,7 @@ def _point(data, task: str, model: str, seed: int, config: Config):
         lam=config.lam, top_fraction=config.top_fraction, eps=config.eps, attacks=("pgd",),
         interventions=("adversarial", "null"), pgd_steps=config.pgd_steps,
         pgd_step_size=config.pgd_step_size)
-    ztr, zte = att.transform(xtr, xte, attend=attend, normalize="row")
+    ztr, zte = attention.transform(xtr, xte, attend=attend, normalize="row")
     arrays, sc = {}, {}
     std, hist = training.train_model(ztr, ytr, C, recipe, seed, model=model)
     adv, ahist = training.adversarial_train(xtr, ytr, C, attend, recipe, seed, eps=config.eps,
@@ -133,8 +133,8 @@ def _point(data, task: str, model: str, seed: int, config: Config):
     arrays["std_loss_curve"] = np.asarray(hist["loss"], np.float64)
     for tag, params in (("standard", std), ("adversarial", adv)):
         keys = NETWORK_KEYS[tag]
-        out_tr = np.asarray(att.apply_heads(params, jnp.asarray(ztr, jnp.float32)))
-        out_te = np.asarray(att.apply_heads(params, jnp.asarray(zte, jnp.float32)))
+        out_tr = np.asarray(two_layer.apply_batch(params, jnp.asarray(ztr, jnp.float32)))
+        out_te = np.asarray(two_layer.apply_batch(params, jnp.asarray(zte, jnp.float32)))
         sc[keys["train_loss"]] = float(data_loss(jnp.asarray(out_tr), jnp.asarray(ytr), C))
         sc[keys["train_acc"]] = accuracy(out_tr, ltr, C)
         sc[keys["test_acc"]] = accuracy(out_te, lte, C)

@@ -14,7 +14,7 @@ For each task (data set and classes), model (2L-ReLU, MLP-Attn) and seed:
    the row-normalised raw input (2L-ReLU) or the row-normalised linear-attention output
    ``x X^T X`` over the training set (MLP-Attn).
 2. **Influence**: the class-diagonal eNTK of ``W`` (identical for every output, see
-   :func:`~ntkbook.models.attention.entk_W_heads`) on the training points ``K`` and test-train
+   :func:`~ntkbook.models.two_layer.entk_W`) on the training points ``K`` and test-train
    ``K_x``, float64; kernel ridge regression with ``A = K + lam I`` on targets ``Y`` (one-hot, or
    ``+-1``); the exact leave-one-out influence of every training point on the summed squared test
    loss (:func:`ntkbook.influence.scores.ntk_influence`), with ``lam`` and with ``n * lam``.
@@ -53,7 +53,7 @@ from ntkbook.influence import interventions, landscape, training
 from ntkbook.influence.readout import TRAINED_ACC, flip_means, flip_ratio, stat, trained
 from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, accuracy, input_dim,
                                      task_classes, task_data, targets)
-from ntkbook.models import attention as att
+from ntkbook.models import attention, two_layer
 from ntkbook.numbers import sci
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -161,12 +161,12 @@ def _point(data, task: str, model: str, seed: int, config: Config):
     """One (task, model, seed): train, measure, intervene, and the landscape."""
     t0 = time.perf_counter()
     xtr, ltr, xte, lte, C = data
-    ztr, zte = att.transform(xtr, xte, attend=(model == "attn"), normalize="row")
+    ztr, zte = attention.transform(xtr, xte, attend=(model == "attn"), normalize="row")
     ytr = targets(ltr, C)
     params, hist = training.train_model(ztr, ytr, C, train_recipe(config), seed, model=model)
     t_train = time.perf_counter() - t0
-    out_tr = np.asarray(att.apply_heads(params, jnp.asarray(ztr, jnp.float32)))
-    out_te = np.asarray(att.apply_heads(params, jnp.asarray(zte, jnp.float32)))
+    out_tr = np.asarray(two_layer.apply_batch(params, jnp.asarray(ztr, jnp.float32)))
+    out_te = np.asarray(two_layer.apply_batch(params, jnp.asarray(zte, jnp.float32)))
     sc = {"train_loss": float(hist["loss"][-1]), "train_acc": accuracy(out_tr, ltr, C),
           "test_acc": accuracy(out_te, lte, C), "train_seconds": t_train}
     arrays = {"loss_curve": np.asarray(hist["loss"], np.float64),

@@ -19,7 +19,7 @@ import numpy as np
 
 from ntkbook.influence import interventions, training
 from ntkbook.influence.tasks import MODELS, TASK_LABELS, accuracy, input_dim, task_data, targets
-from ntkbook.models import attention as att
+from ntkbook.models import attention, two_layer
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
 
@@ -75,12 +75,12 @@ def _point(data, model: str, width: int, seed: int, config: Config):
     """One (task, model, width, seed): train with mini-batches, measure, attack every point."""
     t0 = time.perf_counter()
     xtr, ltr, xte, lte, C = data
-    ztr, zte = att.transform(xtr, xte, attend=(model == "attn"), normalize="row")
+    ztr, zte = attention.transform(xtr, xte, attend=(model == "attn"), normalize="row")
     recipe = training.TrainRecipe(width=width, epochs=config.epochs, batch=config.batch,
                                   lr=config.lr, l2=config.l2, attn_steps=None)
     params, hist = training.train_model(ztr, targets(ltr, C), C, recipe, seed, model=model)
-    out_tr = np.asarray(att.apply_heads(params, jnp.asarray(ztr, jnp.float32)))
-    out_te = np.asarray(att.apply_heads(params, jnp.asarray(zte, jnp.float32)))
+    out_tr = np.asarray(two_layer.apply_batch(params, jnp.asarray(ztr, jnp.float32)))
+    out_te = np.asarray(two_layer.apply_batch(params, jnp.asarray(zte, jnp.float32)))
     sc = {"train_loss": float(hist["loss"][-1]), "train_acc": accuracy(out_tr, ltr, C),
           "test_acc": accuracy(out_te, lte, C)}
     settings = interventions.EvalSettings(

@@ -3,7 +3,7 @@ r"""The interventions of the influence experiments and how far they move NTK inf
 For one trained network (weights frozen throughout):
 
 1. **Influence** (:func:`influences`): the class-diagonal eNTK of ``W``
-   (:func:`ntkbook.models.attention.entk_W_heads`) on the training points ``K`` and test-train
+   (:func:`ntkbook.models.two_layer.entk_W`) on the training points ``K`` and test-train
    ``K_x``, float64; kernel ridge regression with ``A = K + lam I`` on targets ``Y`` (one-hot, or
    ``+-1``); the exact leave-one-out influence of every training point on the summed squared test
    loss (:func:`ntkbook.influence.scores.ntk_influence`), with ``lam`` and with ``n * lam``.
@@ -35,7 +35,7 @@ import numpy as np
 from ntkbook.influence import attacks, scores
 from ntkbook.influence.losses import attack_loss
 from ntkbook.influence.tasks import accuracy, targets
-from ntkbook.models import attention as att
+from ntkbook.models import attention, two_layer
 
 __all__ = ["EvalSettings", "SCORE_KEYS", "influences", "run_attack", "evaluate"]
 
@@ -103,9 +103,9 @@ def _key(*parts: str) -> str:
 
 def influences(params, xtr, ytr, xte, yte, attend: bool, lams):
     """Influence vectors (one per ridge in ``lams``) and the KRR test predictions for the first."""
-    ztr, zte = att.transform(xtr, xte, attend=attend, normalize="row")
-    K = att.entk_W_heads(params, ztr)
-    Kx = att.entk_W_heads(params, zte, ztr)
+    ztr, zte = attention.transform(xtr, xte, attend=attend, normalize="row")
+    K = two_layer.entk_W(params, ztr)
+    Kx = two_layer.entk_W(params, zte, ztr)
     out = [scores.ntk_influence(K, Kx, ytr, yte, lam) for lam in lams]
     pred = scores.krr_predict(scores.krr_fit(K, ytr, lams[0]), Kx)
     return out, pred

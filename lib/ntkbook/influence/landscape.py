@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ntkbook.influence.losses import data_loss
-from ntkbook.models import attention as att
+from ntkbook.models import two_layer
 from ntkbook.ntk import eig
 
 __all__ = ["filter_normalized_direction", "slice_1d", "slice_2d", "top_hessian_eigenvalue",
@@ -122,7 +122,7 @@ def measure(params, ztr, ytr, C: int, settings: LandscapeSettings, seed: int, *,
         z, y = jnp.asarray(ztr, jnp.float64), jnp.asarray(ytr, jnp.float64)
 
         def loss(p):
-            return data_loss(att.apply_heads(p, z), y, C)
+            return data_loss(two_layer.apply_batch(p, z), y, C)
 
         t0 = time.perf_counter()
         res = top_hessian_eigenvalue(loss, p64, trainable=["W"], k=1,

@@ -17,7 +17,7 @@ import functools
 import jax.numpy as jnp
 import optax
 
-from ntkbook.models import attention as att
+from ntkbook.models import attention, two_layer
 
 __all__ = ["data_loss", "attack_loss", "context_loss"]
 
@@ -32,8 +32,8 @@ def data_loss(out, y, C: int):
 def _attack_loss(x, params, y, *, attend: bool, C: int):
     """The frozen network's mean training loss on the (perturbed) training set ``x``; for MLP-Attn
     every row attends over ``x`` itself (the perturbed set)."""
-    z = att.inputs_jax(x, x, attend=attend)
-    return data_loss(att.apply_heads(params, z), y, C)
+    z = attention.inputs_jax(x, x, attend=attend)
+    return data_loss(two_layer.apply_batch(params, z), y, C)
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,8 +44,8 @@ def attack_loss(attend: bool, C: int):
 
 def _context_loss(x, params, y, ctx, *, attend: bool, C: int):
     """Loss of a batch ``x`` (raw pixels) attending over the fixed context ``ctx`` (MLP-Attn)."""
-    z = att.inputs_jax(ctx, x, attend=attend)
-    return data_loss(att.apply_heads(params, z), y, C)
+    z = attention.inputs_jax(ctx, x, attend=attend)
+    return data_loss(two_layer.apply_batch(params, z), y, C)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,7 +1,7 @@
 r"""The training recipes of the influence experiments: standard and PGD adversarial training.
 
 The network is :math:`f_c(x) = m^{-1/2}\sum_r a_{rc}\,\mathrm{relu}(w_r\cdot z(x))`
-(:func:`ntkbook.models.attention.init_heads`: heads ``a = +-1`` fixed, symmetric start, only ``W``
+(:func:`ntkbook.models.two_layer.init_heads`: heads ``a = +-1`` fixed, symmetric start, only ``W``
 trained), float32, Adam with an optional L2 penalty added to the gradient (PyTorch's
 ``weight_decay``), on a task's loss (:func:`ntkbook.influence.losses.data_loss`), through
 :func:`ntkbook.train.fit`. A :class:`TrainRecipe` holds the hyper-parameters; each experiment
@@ -25,7 +25,7 @@ import optax
 from ntkbook.influence import attacks
 from ntkbook.influence.losses import context_loss, data_loss
 from ntkbook.influence.tasks import MODELS, accuracy
-from ntkbook.models import attention as att
+from ntkbook.models import attention, two_layer
 
 __all__ = ["TrainRecipe", "train_model", "adversarial_train", "robust_accuracy"]
 
@@ -54,12 +54,12 @@ def train_model(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str = "
 
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
-    params = att.init_heads(jax.random.PRNGKey(seed), ztr.shape[1], recipe.width, C)
+    params = two_layer.init_heads(jax.random.PRNGKey(seed), ztr.shape[1], recipe.width, C)
     a = params["a"]
 
     def loss_fn(p, batch):
         zb, yb = batch
-        return data_loss(att.apply_heads({"W": p["W"], "a": a}, zb), yb, C)
+        return data_loss(two_layer.apply_batch({"W": p["W"], "a": a}, zb), yb, C)
 
     if model == "attn" and recipe.attn_steps is not None:
         epochs, batch = recipe.attn_steps, None
@@ -89,7 +89,7 @@ def adversarial_train(xtr, ytr, C: int, attend: bool, recipe: TrainRecipe, seed:
         raise ValueError("adversarial training uses mini-batches for both models: attn_steps must be None")
     x = jnp.asarray(xtr, jnp.float32)
     y = jnp.asarray(ytr, jnp.float32)
-    params = att.init_heads(jax.random.PRNGKey(seed), x.shape[1], recipe.width, C)
+    params = two_layer.init_heads(jax.random.PRNGKey(seed), x.shape[1], recipe.width, C)
     a = params["a"]
     loss_b = context_loss(attend, C)
 
@@ -122,5 +122,5 @@ def robust_accuracy(params, xtr, ytr, labels, C: int, attend: bool, *, eps: floa
     x32 = jnp.asarray(xtr, jnp.float32)
     xa = attacks.pgd(context_loss(attend, C), x32, eps, args=(p32, jnp.asarray(ytr, jnp.float32), x32),
                      steps=steps, step_size=step_size, key=key)
-    za = att.inputs_jax(x32, xa, attend=attend)
-    return accuracy(np.asarray(att.apply_heads(p32, za)), labels, C)
+    za = attention.inputs_jax(x32, xa, attend=attend)
+    return accuracy(np.asarray(two_layer.apply_batch(p32, za)), labels, C)

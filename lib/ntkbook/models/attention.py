@@ -24,8 +24,8 @@ The networks
 **2L-ReLU** is the two-layer ReLU network of :mod:`ntkbook.models.two_layer` (its one definition,
 with its closed-form empirical NTK and analytic NTK) applied to (normalised) raw inputs,
 **MLP-Attn** the same network applied to the attention-transformed ones (:func:`transform`).
-:func:`init_heads`, :func:`apply_heads` and :func:`entk_W_heads` are its ``C``-output form as the
-influence chapter uses it, and :func:`inputs_jax` a differentiable :func:`transform`.
+Its ``C``-output form (one head per class) is :func:`ntkbook.models.two_layer.init_heads`;
+:func:`inputs_jax` is a differentiable :func:`transform`.
 """
 
 from __future__ import annotations
@@ -36,17 +36,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ntkbook.models import two_layer
-
 __all__ = [
     "NORMALIZATIONS",
     "attention",
     "normalize_rows",
     "transform",
-    "init_heads",
-    "apply_heads",
     "inputs_jax",
-    "entk_W_heads",
 ]
 
 NORMALIZATIONS = ("row", "global", "none")
@@ -101,19 +96,8 @@ def transform(x_train, x_test=None, *, attend: bool, normalize: str = "row"):
 
 
 # --------------------------------------------------------------------------------------------------
-# the C-output network and a differentiable input map (used by the influence chapter)
+# a differentiable input map (used by the influence attacks)
 # --------------------------------------------------------------------------------------------------
-def init_heads(key, d: int, m: int, C: int, *, dtype=jnp.float32):
-    """Parameters ``{"W": (m, d), "a": (m, C)}`` of the ``C``-output network with fixed heads
-    ``a_rc = +-1`` and a symmetric start (``f = 0``): :func:`ntkbook.models.two_layer.init_heads`."""
-    return two_layer.init_heads(key, d, m, C, dtype=dtype)
-
-
-def apply_heads(params, z):
-    """Outputs ``(N, C)`` of the ``C``-output network for inputs ``z`` ``(N, d)``:
-    :func:`ntkbook.models.two_layer.apply_batch`."""
-    return two_layer.apply_batch(params, z)
-
 
 def inputs_jax(x_context, x, *, attend: bool):
     """Differentiable (JAX) version of :func:`transform` with ``normalize="row"``: the network
@@ -123,10 +107,3 @@ def inputs_jax(x_context, x, *, attend: bool):
                    precision=jax.lax.Precision.HIGHEST) if attend else x
     return z / jnp.sqrt(jnp.sum(z * z, axis=1, keepdims=True) + jnp.finfo(z.dtype).tiny)
 
-
-def entk_W_heads(params, z1, z2=None):
-    r"""Class-diagonal block of the empirical NTK (with respect to ``W``) of the ``C``-output
-    network, float64 numpy ``(N1, N2)``; since ``a_rc^2 = 1`` every output has the same block
-    :math:`(z\cdot z')\,\frac1m\sum_r \mathbf 1[w_r\cdot z>0]\,\mathbf 1[w_r\cdot z'>0]`
-    (:func:`ntkbook.models.two_layer.entk_W`)."""
-    return two_layer.entk_W(params, z1, z2)
