@@ -18,7 +18,6 @@ On a machine with several devices the contexts are sharded over all of them.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
@@ -58,7 +57,7 @@ def main() -> None:
     for L in args.layers:
         res = gemma_operator.compute_residuals(params, cfg, ctx, L)
         fwd = jax.jit(jax.vmap(lambda rest, h: gemma_model.forward_from(rest, cfg, h, L)[-1], in_axes=(None, 0)))
-        rest = gemma_operator._rest(params)
+        rest = gemma_operator.forward_from_params(params)
         chunks = [jnp.asarray(res[s:s + args.chunk]) for s in range(0, N, args.chunk)]
         ops = {ps: gemma_operator.layer_operator(params, cfg, res, L, param_set=ps, gram_half=Gh, chunk=args.chunk)
                for ps in ("down_proj", "layer")}

@@ -78,8 +78,8 @@ def test_word_token_alignment():
     text = 'He said "hi" and ran.'
     # tokens: 'He', ' said', ' "', 'hi', '"', ' and', ' ran', '.'
     offs = np.array([[0, 2], [2, 7], [7, 9], [9, 11], [11, 12], [12, 16], [16, 20], [20, 21]])
-    assert pos_data._word_token_index(offs, text, 3) == 1       # 'said' begins token ' said'
-    assert pos_data._word_token_index(offs, text, 9) == 3       # 'hi' begins token 'hi'
-    assert pos_data._word_token_index(offs, text, 13) == 5      # 'and'
+    assert pos_data.word_token_index(offs, text, 3) == 1       # 'said' begins token ' said'
+    assert pos_data.word_token_index(offs, text, 9) == 3       # 'hi' begins token 'hi'
+    assert pos_data.word_token_index(offs, text, 13) == 5      # 'and'
     offs2 = np.array([[0, 2], [2, 9], [9, 11], [11, 12], [12, 21]])
-    assert pos_data._word_token_index(offs2, text, 8) is None   # '"' glued inside ' said "'
+    assert pos_data.word_token_index(offs2, text, 8) is None   # '"' glued inside ' said "'

@@ -123,7 +123,7 @@ def test_corrupt_cache_is_rebuilt_with_message(tmp_path, monkeypatch, capsys):
         (folder / "embed.npy").unlink()
         return _fake_cache(tmp_path / "unused") and folder
 
-    monkeypatch.setattr(W, "build_cache", fake_build)
+    monkeypatch.setattr(gemma_weights, "build_cache", fake_build)
     with pytest.raises(gemma_weights.WeightsError, match="still bad"):
         gemma_weights.ensure_cache(tmp_path)
     assert calls == [tmp_path]

@@ -55,23 +55,31 @@ IDENTITY_ARRAYS = {"ev_reduced": "identity_ev_reduced", "ev_logit": "identity_ev
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """eNTK modes against PCA as detectors of parts of speech and morphology in Gemma-3-270M.
+
+    Presets: ``paper()`` all 1024 contexts of the paper-scale data set at layer 16 (the author's
+    choice), the top 25 modes from 50 Lanczos products; ``smoke()`` 4 contexts per class of the same
+    stored data set, 6 modes from 10 products, looser task filters.  The chapter's layer sweep
+    overrides ``layers`` and ``whole_layer_at``.
+    """
+
     n_per_class: int = 128                # the first n_per_class contexts of each class are used
     data_scale: str = "paper"             # scale of the gemma_pos_data result they come from,
     data_n_per_class: int = 128           # and its n_per_class
     layers: tuple[int, ...] = (16,)       # layers with the author's parameter choice (down_proj)
     whole_layer_at: tuple[int, ...] = ()  # layers where every parameter of the layer is used too
-    k: int = 25
-    lanczos_steps: int = 50
-    seed: int = 0
-    chunk: int = 16
-    pca_k: int = 25
-    train_fraction: float = 0.5
-    split_seed: int = 0
-    min_support: int = 30
-    min_words: int = 12
-    max_top_share: float = 0.5
+    k: int = 25                           # eNTK modes (top eigenvectors) computed per point
+    lanczos_steps: int = 50               # Lanczos products (Krylov depth) per point
+    seed: int = 0                         # seed of Lanczos' starting vector
+    chunk: int = 16                       # contexts per VJP/JVP call of the operator
+    pca_k: int = 25                       # principal components of the baseline
+    train_fraction: float = 0.5           # share of each class in the half that chooses mode and sign
+    split_seed: int = 0                   # seed of that stratified split
+    min_support: int = 30                 # a morphological task needs this many positive contexts,
+    min_words: int = 12                   # this many distinct words among them,
+    max_top_share: float = 0.5            # and no word holding more than this share of them
     identity_contexts: int = 2            # 0: skip the spectrum-identity check
-    identity_layer: int = 16
+    identity_layer: int = 16              # layer of the spectrum-identity check
     top_n: int = 8                        # top contexts kept per mode and sign
 
     @classmethod
@@ -130,11 +138,11 @@ def identity_check(params, cfg, residuals, L: int, param_set=("k_norm",), direct
     from ntkbook.gemma import operator as gemma_operator  # noqa: PLC0415
     from ntkbook.gemma import model as gemma_model  # noqa: PLC0415
 
-    keys = gemma_operator._param_keys(param_set)
+    keys = gemma_operator.param_keys(param_set)
     theta = {k: params["layers"][k][L] for k in keys}
     flat0, unravel = jax.flatten_util.ravel_pytree(theta)
     R, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((flat0.size, directions)))
-    rest = gemma_operator._rest(params)
+    rest = gemma_operator.forward_from_params(params)
     h = jax.numpy.asarray(residuals)
 
     def F(vec):
@@ -200,6 +208,10 @@ def _tasks(data, config: Config):
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """For each (layer, parameter set) point: the top ``k`` modes of the reduced eNTK operator by
+    Lanczos, the top ``pca_k`` principal components of the block output, and both scored one-vs-rest
+    on the parts of speech and the morphological tasks; plus the spectrum-identity check.  Each
+    point is checkpointed (see the module docstring)."""
     import jax  # noqa: PLC0415
 
     from ntkbook import experiments  # noqa: PLC0415

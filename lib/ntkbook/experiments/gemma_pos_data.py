@@ -27,12 +27,19 @@ VERSION = "2"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    n_per_class: int = 128
-    context_len: int = 64
+    """The part-of-speech data set: ``n_per_class`` contexts of ``context_len`` tokens for each of
+    the eight classes, kept when Gemma's greedy continuation agrees with the story's next word.
+
+    Presets: ``paper()`` 128 contexts per class (N = 1024; most of an hour on 2 CPU cores);
+    ``smoke()`` 4 per class.
+    """
+
+    n_per_class: int = 128   # contexts kept per part of speech
+    context_len: int = 64    # tokens per context (the last one precedes the word to predict)
     per_story: int = 3       # candidates drawn per class from one story (while the class needs more)
     gen_tokens: int = 3      # greedy tokens generated for the agreement filter
     batch: int = 8           # contexts per generation call
-    seed: int = 0
+    seed: int = 0            # seed of the story order and of the draws inside a story
 
     @classmethod
     def smoke(cls) -> "Config":
@@ -51,6 +58,9 @@ def estimate_seconds(config: Config) -> float:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """Build the data set: walk the shuffled stories, draw candidates per class, keep those whose
+    word Gemma predicts (its greedy continuation starts with the story's word, tagged by spaCy),
+    until every class has ``n_per_class``; one checkpointed point per story."""
     from ntkbook.gemma import weights as gemma_weights  # noqa: PLC0415
     from ntkbook.gemma import pos_data  # noqa: PLC0415
     from ntkbook.gemma import model as gemma_model  # noqa: PLC0415

@@ -49,15 +49,23 @@ CLIFF2_FEATURES = ("sum", "diff", "2a", "2b", "sum+diff", "a+b axes")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    p: int = 29
-    width: int = 512
+    """The one-hidden-layer MLP on addition mod ``p``, its class-mean eNTK every ``snapshot_every``
+    epochs, the cliffs of its spectrum and their Fourier content.
+
+    Presets: ``paper()`` p = 29, width 512, 500 epochs, three seeds, every kernel from the generic
+    engine; ``smoke()`` p = 23, width 128, 200 epochs, two seeds, closed-form kernels (the engine is
+    exercised by the cross-check).  :func:`variants` lists the beyond-the-paper runs.
+    """
+
+    p: int = 29  # the modulus (a prime): inputs are the p² pairs (a, b), labels (a + b) mod p
+    width: int = 512  # hidden units
     activation: str = "square"  # "square" (paper) or "relu"
-    train_fraction: float = 0.7
-    lr: float = 0.05
-    weight_decay: float = 0.01
-    epochs: int = 500
-    snapshot_every: int = 10
-    seeds: tuple[int, ...] = (0, 1, 2)
+    train_fraction: float = 0.7  # share of the p² pairs trained on
+    lr: float = 0.05  # AdamW learning rate (full batch)
+    weight_decay: float = 0.01  # AdamW weight decay
+    epochs: int = 500  # full-batch training steps
+    snapshot_every: int = 10  # epochs between eNTK snapshots (the last epoch is always one)
+    seeds: tuple[int, ...] = (0, 1, 2)  # one run per seed (initialisation and split)
     kernel: str = "engine"  # "engine" (ntkbook.ntk.entk) or "closed_form" (the model's formula)
     n_eigvecs: int = 120  # eigenvectors kept (first seed, three snapshots) for pictures
     crosscheck: bool = True  # engine vs closed form, Lanczos vs dense, on the final model of seed 0
@@ -320,6 +328,9 @@ def _snapshot_epochs(config: Config) -> list[int]:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """Train every seed, analyse its class-mean eNTK at every snapshot (spectrum, constant mode,
+    cliffs, Fourier overlaps), keep eigenvectors and the cross-check for the first seed, and
+    summarise grokking, dynamics and the final alignment (see the module docstring)."""
     points = points or PointStore(None)
     if config.activation not in modular.ACTIVATIONS:
         raise ValueError(f"unknown activation {config.activation!r}")

@@ -90,17 +90,25 @@ AUTHOR_SETTINGS = dict(p=29, train_fraction=0.5, lr=3e-4, weight_decay=1.0, batc
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    p: int = 29
-    d_model: int = 64
-    n_heads: int = 4
-    d_head: int = 16
-    d_mlp: int = 256
-    train_fraction: float = 0.5
-    lr: float = 3e-4
-    weight_decay: float = 1.0
-    batch_size: int = 64
-    epochs: int = 4000
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    """The one-layer transformer on addition mod ``p``: the author's run replayed and our own seeds,
+    their key frequencies, layer-wise mean-logit eNTKs and the dynamics of their Fourier content.
+
+    Presets: ``paper()`` the author's settings (p = 29, 50 % split, lr 3e-4, weight decay 1, 4000
+    epochs) with the full replay and five seeds; ``smoke()`` the fast-grokking setting (70 % split,
+    lr 1e-3, 800 epochs, two seeds), the replay checked for its first 41 epochs, no trace kernels.
+    """
+
+    p: int = 29  # the modulus: inputs (a, b, =), labels (a + b) mod p
+    d_model: int = 64  # residual-stream width
+    n_heads: int = 4  # attention heads
+    d_head: int = 16  # width of each head
+    d_mlp: int = 256  # hidden units of the MLP
+    train_fraction: float = 0.5  # share of the p² pairs trained on
+    lr: float = 3e-4  # AdamW learning rate
+    weight_decay: float = 1.0  # AdamW weight decay
+    batch_size: int = 64  # mini-batch size (the last, smaller batch of an epoch is kept)
+    epochs: int = 4000  # epochs of the seed runs
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)  # one run per seed (initialisation, split, shuffling)
     dtype: str = "float32"  # precision of the seed runs (the replay is always float64)
     replay_epochs: int = 4000  # epochs of the author's run replayed (0: no replay)
     snapshot_every: int = 20
@@ -108,7 +116,7 @@ class Config:
     grok_level: float = 0.99  # a run "groks" when its test accuracy reaches this
     n_eigvecs: int = 16  # eigenvectors per group analysed for content (and kept, main run)
     trace_kernels: bool = True  # class-diagonal trace kernels of the main run
-    lanczos_k: int = 10
+    lanczos_k: int = 10  # eigenpairs of the Lanczos-versus-dense comparison (0: skip it)
 
     @classmethod
     def smoke(cls) -> "Config":
@@ -531,6 +539,9 @@ def run_names(config: Config) -> list[str]:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """Train and analyse the replay and every seed (one checkpointed point each), then the main
+    run's trace kernels and Lanczos comparison, and assemble the result (see the module
+    docstring)."""
     points = points or PointStore(None)
     if not config.seeds:
         raise ValueError("need at least one seed")

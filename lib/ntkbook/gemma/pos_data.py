@@ -28,7 +28,6 @@ import dataclasses
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable, Iterable
 
 import numpy as np
 

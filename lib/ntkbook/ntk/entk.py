@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
