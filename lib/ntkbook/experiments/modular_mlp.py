@@ -45,6 +45,8 @@ VERSION = "1"
 #: (first cliff, second cliff) feature sets whose overlaps are recorded
 CLIFF1_FEATURES = ("a", "b", "a+b axes")
 CLIFF2_FEATURES = ("sum", "diff", "2a", "2b", "sum+diff", "a+b axes")
+#: the eigenvectors kept for pictures (first seed): snapshot label -> result key
+EIGVEC_KEYS = {"init": "eigvecs_init", "memorisation": "eigvecs_memorisation", "final": "eigvecs_final"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,7 +424,7 @@ def _assemble(config, snap_epochs, hists, spectra, infos, eigvecs, lanczos, base
     arrays["constant_index"] = np.array([[inf["constant_index"] for inf in row] for row in infos])
     eigvec_epochs = {}
     for label, (epoch, v) in eigvecs.items():
-        arrays[f"eigvecs_{label}"] = v
+        arrays[EIGVEC_KEYS[label]] = v
         eigvec_epochs[label] = int(epoch)
 
     # grokking and memorisation per seed

@@ -85,6 +85,10 @@ CONTENT_NAMES = features.CONTENT_KINDS + ("other",)
 DYN_METRICS = (("W_U", "2K+1", "sum"), ("W_U", "4K+1", "sum"), ("W_U", "4K+1", "axis_sum"),
                ("W_out", "2K+1", "sum"), ("W_out", "4K+1", "sum"), ("W_out", "4K+1", "axis_sum"))
 
+#: a run's training curves: history entry -> array name (stored under ``"<run>/<name>"``)
+HIST_ARRAYS = {"epoch": "hist_epoch", "train_loss": "hist_train_loss", "train_acc": "hist_train_acc",
+               "test_acc": "hist_test_acc", "test_loss": "hist_test_loss"}
+
 AUTHOR_SETTINGS = dict(p=29, train_fraction=0.5, lr=3e-4, weight_decay=1.0, batch_size=64)
 
 
@@ -441,7 +445,7 @@ def _run_one(config: Config, run: str, *, analyse: bool) -> tuple[dict, dict]:
     kf = features.key_frequencies(final["W_E"], p, config.key_threshold)
     bases = features.key_frequency_bases(p, kf.frequencies)
     K = len(kf.frequencies)
-    arrays: dict[str, np.ndarray] = {f"hist_{k}": v for k, v in hist.items()}
+    arrays: dict[str, np.ndarray] = {HIST_ARRAYS[k]: v for k, v in hist.items()}
     dyn, powers = [], []
     t0 = time.perf_counter()
     for e in snap_epochs:

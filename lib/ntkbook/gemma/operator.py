@@ -58,6 +58,8 @@ PARAM_SETS: dict[str, tuple[str, ...]] = {"down_proj": ("down",), "layer": gemma
 
 
 def param_keys(param_set: str | Sequence[str]) -> tuple[str, ...]:
+    """The layer keys of a parameter set: a name of :data:`PARAM_SETS` or a tuple of keys of
+    :data:`ntkbook.gemma.model.LAYER_KEYS` (checked; ``ValueError`` otherwise)."""
     if isinstance(param_set, str):
         if param_set not in PARAM_SETS:
             raise ValueError(f"unknown parameter set {param_set!r}; use one of {sorted(PARAM_SETS)} "
