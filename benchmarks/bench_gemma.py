@@ -18,15 +18,14 @@ On a machine with several devices the contexts are sharded over all of them.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ntkbook.gemma import operator as E
+from ntkbook.gemma import operator as gemma_operator
 from ntkbook.gemma import weights as gemma_weights
-from ntkbook.gemma import model as G
+from ntkbook.gemma import model as gemma_model
 from ntkbook.gemma.pos_data import load_stories
 from timing import ratio, timeit
 
@@ -56,11 +55,11 @@ def main() -> None:
     N = len(ctx)
     rng = np.random.default_rng(0)
     for L in args.layers:
-        res = E.compute_residuals(params, cfg, ctx, L)
-        fwd = jax.jit(jax.vmap(lambda rest, h: G.forward_from(rest, cfg, h, L)[-1], in_axes=(None, 0)))
-        rest = E._rest(params)
+        res = gemma_operator.compute_residuals(params, cfg, ctx, L)
+        fwd = jax.jit(jax.vmap(lambda rest, h: gemma_model.forward_from(rest, cfg, h, L)[-1], in_axes=(None, 0)))
+        rest = gemma_operator.forward_from_params(params)
         chunks = [jnp.asarray(res[s:s + args.chunk]) for s in range(0, N, args.chunk)]
-        ops = {ps: E.layer_operator(params, cfg, res, L, param_set=ps, gram_half=Gh, chunk=args.chunk)
+        ops = {ps: gemma_operator.layer_operator(params, cfg, res, L, param_set=ps, gram_half=Gh, chunk=args.chunk)
                for ps in ("down_proj", "layer")}
         ws = {ps: rng.standard_normal(op.dim) for ps, op in ops.items()}
         t_fwd, t_down, t_layer = timeit([lambda: [fwd(rest, c) for c in chunks],
@@ -73,9 +72,9 @@ def main() -> None:
                   f"-> 52 products at N=1024: {52 * t.median * 1024 / N / 60:6.1f} min", flush=True)
     # accuracy of float32 against float64 (layer 16, down_proj, 4 contexts)
     L = 16
-    res = E.compute_residuals(params, cfg, ctx[:4], L)
+    res = gemma_operator.compute_residuals(params, cfg, ctx[:4], L)
     w = rng.standard_normal(4 * cfg.d_model)
-    y32 = E.layer_operator(params, cfg, res, L, gram_half=Gh)(w)
+    y32 = gemma_operator.layer_operator(params, cfg, res, L, gram_half=Gh)(w)
     with jax.enable_x64(True):
         p64 = {"embed": params["embed"][:1], "final_norm": params["final_norm"].astype(jnp.float64),
                "layers": jax.tree_util.tree_map(lambda x: x[L:].astype(jnp.float64), params["layers"])}
@@ -89,7 +88,7 @@ def _product64(p64, cfg, res, L, Gh, w):
     layers = p64["layers"]
     full_layers = {k: jnp.concatenate([jnp.zeros((L, *v.shape[1:]), v.dtype), v]) for k, v in layers.items()}
     params = {"embed": p64["embed"], "final_norm": p64["final_norm"], "layers": full_layers}
-    op = E.layer_operator(params, cfg, res, L, gram_half=Gh)
+    op = gemma_operator.layer_operator(params, cfg, res, L, gram_half=Gh)
     return op(w)
 
 

@@ -39,7 +39,6 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench_entk import P, mlp, mlp_init, modular_inputs  # noqa: E402  (same model as bench_entk)

@@ -10,7 +10,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from ntkbook.ntk import entk as E  # noqa: E402
+from ntkbook.ntk import entk  # noqa: E402
 
 TOL = 1e-10
 C = 3
@@ -113,14 +113,14 @@ def reference(name):
 def test_reductions_match_explicit_jacobians(name, reduction, batch_size):
     f, params, x1, x2, full12, full11 = reference(name)
     ci = 1 if reduction == "class" else None
-    got = E.entk(f, params, x1, x2, reduction=reduction, class_index=ci, batch_size=batch_size)
+    got = entk.entk(f, params, x1, x2, reduction=reduction, class_index=ci, batch_size=batch_size)
     want = explicit(f, params, x1, x2, reduction, ci, full=full12)
     assert got.dtype == jnp.float64
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
 
     # x2=None: symmetric PSD kernel of x1 with itself
-    k = E.entk(f, params, x1, reduction=reduction, class_index=ci, batch_size=batch_size)
+    k = entk.entk(f, params, x1, reduction=reduction, class_index=ci, batch_size=batch_size)
     np.testing.assert_allclose(k, explicit(f, params, x1, x1, reduction, ci, full=full11),
                                rtol=TOL, atol=TOL)
     if reduction == "full":
@@ -136,28 +136,28 @@ def test_param_filter_string_and_callable():
     pred = lambda path: jax.tree_util.keystr(path).startswith("['dense2']")  # noqa: E731
     want = explicit(f, params, x1, x2, "flat", pred=pred)
     for flt in ("dense2", r"\['dense2'\]", pred):
-        got = E.entk(f, params, x1, x2, reduction="flat", param_filter=flt, batch_size=3)
+        got = entk.entk(f, params, x1, x2, reduction="flat", param_filter=flt, batch_size=3)
         np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
-    assert set(E.select(params, "dense2")) == {"['dense2']['b']", "['dense2']['w']"}
+    assert set(entk.select(params, "dense2")) == {"['dense2']['b']", "['dense2']['w']"}
 
 
 @pytest.mark.parametrize("name", ["mlp", "attn"])
 def test_layerwise_sums_to_full(name):
     f, params, x1, x2 = setup(name)
-    full = E.entk(f, params, x1, x2, reduction="class_mean")
-    layers = E.entk_layerwise(f, params, x1, x2, reduction="class_mean")
+    full = entk.entk(f, params, x1, x2, reduction="class_mean")
+    layers = entk.entk_layerwise(f, params, x1, x2, reduction="class_mean")
     expected = {"mlp": {"['dense1']", "['dense2']", "['out']"}, "attn": {"['attn']", "['readout']"}}
     assert set(layers) == expected[name]
     np.testing.assert_allclose(sum(layers.values()), full, rtol=TOL, atol=TOL)
     # explicit partition, chunked, full reduction
     if name == "mlp":
         parts = {"first": "dense1", "rest": lambda p: "dense1" not in jax.tree_util.keystr(p)}
-        lw = E.entk_layerwise(f, params, x1, layers=parts, reduction="full", batch_size=2)
+        lw = entk.entk_layerwise(f, params, x1, layers=parts, reduction="full", batch_size=2)
         np.testing.assert_allclose(
-            lw["first"] + lw["rest"], E.entk(f, params, x1, reduction="full"), rtol=TOL, atol=TOL
+            lw["first"] + lw["rest"], entk.entk(f, params, x1, reduction="full"), rtol=TOL, atol=TOL
         )
         np.testing.assert_allclose(
-            lw["first"], E.entk(f, params, x1, param_filter="dense1"), rtol=TOL, atol=TOL
+            lw["first"], entk.entk(f, params, x1, param_filter="dense1"), rtol=TOL, atol=TOL
         )
 
 
@@ -167,10 +167,10 @@ def test_layerwise_sums_to_full(name):
 def test_matvec_matches_materialised(name, reduction, flt):
     f, params, x1, _ = setup(name)
     ci = 2 if reduction == "class" else None
-    K = E.entk(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt)
+    K = entk.entk(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt)
     rng = np.random.default_rng(0)
     for reuse in (True, False):
-        op = E.entk_matvec(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt,
+        op = entk.entk_matvec(f, params, x1, reduction=reduction, class_index=ci, param_filter=flt,
                            reuse_forward=reuse)
         assert op.dim == K.shape[0]
         for _ in range(2):
@@ -190,11 +190,11 @@ def test_nnx_split_model():
             return self.l2(jnp.tanh(self.l1(x)))
 
     model = Net(nnx.Rngs(0))
-    f, params = E.split_model(model)
+    f, params = entk.split_model(model)
     x = jax.random.normal(jax.random.PRNGKey(1), (4, 4))
-    layers = E.entk_layerwise(f, params, x, reduction="flat")
+    layers = entk.entk_layerwise(f, params, x, reduction="flat")
     assert set(layers) == {"['l1']", "['l2']"}
-    K = E.entk(f, params, x, reduction="flat")
+    K = entk.entk(f, params, x, reduction="flat")
     np.testing.assert_allclose(layers["['l1']"] + layers["['l2']"], K, rtol=TOL, atol=TOL)
     np.testing.assert_allclose(K, explicit(f, params, x, x, "flat"), rtol=TOL, atol=TOL)
 
@@ -205,26 +205,26 @@ def test_nnx_split_model():
 def test_bad_inputs():
     f, params, x1, _ = setup("mlp")
     with pytest.raises(ValueError, match="mismatched per-example feature shapes"):
-        E.entk(f, params, x1, jnp.ones((3, 5)))
+        entk.entk(f, params, x1, jnp.ones((3, 5)))
     with pytest.raises(ValueError, match="unknown reduction"):
-        E.entk(f, params, x1, reduction="trace")
+        entk.entk(f, params, x1, reduction="trace")
     with pytest.raises(ValueError, match="needs class_index"):
-        E.entk(f, params, x1, reduction="class")
+        entk.entk(f, params, x1, reduction="class")
     with pytest.raises(ValueError, match="out of range"):
-        E.entk(f, params, x1, reduction="class", class_index=C)
+        entk.entk(f, params, x1, reduction="class", class_index=C)
     with pytest.raises(ValueError, match=r"selects no parameters; available paths: .*\['dense1'\]"):
-        E.entk(f, params, x1, param_filter="no_such_layer")
+        entk.entk(f, params, x1, param_filter="no_such_layer")
     with pytest.raises(ValueError, match=r"layer 'bad'.*selects no parameters"):
-        E.entk_layerwise(f, params, x1, layers={"ok": "dense1", "bad": "nothing"})
+        entk.entk_layerwise(f, params, x1, layers={"ok": "dense1", "bad": "nothing"})
     with pytest.raises(ValueError, match="selects no parameters"):
-        E.select(params, lambda p: False)
+        entk.select(params, lambda p: False)
     with pytest.raises(ValueError, match="selects no parameters"):
-        E.entk_matvec(f, params, x1, param_filter="nothing")
+        entk.entk_matvec(f, params, x1, param_filter="nothing")
     with pytest.raises(ValueError, match="unknown reduction"):
-        E.entk_matvec(f, params, x1, reduction="full")
+        entk.entk_matvec(f, params, x1, reduction="full")
     with pytest.raises(ValueError, match="ONE example"):
-        E.entk(lambda p, x: mlp(p, x).sum(), params, x1)
-    op = E.entk_matvec(f, params, x1)
+        entk.entk(lambda p, x: mlp(p, x).sum(), params, x1)
+    op = entk.entk_matvec(f, params, x1)
     with pytest.raises(ValueError, match="expected a vector of shape"):
         op(jnp.ones(3))
 
@@ -233,37 +233,37 @@ def test_convention_errors_teach_the_convention():
     """A 1-D x (one example, no batch axis) and a batched f are explained, not raw JAX errors."""
     f, params, x1, _ = setup("mlp")
     with pytest.raises(ValueError, match=r"failed on one example .* shape \(\).*\(C,\).*x1\[None\]"):
-        E.entk(f, params, x1[0])  # one example (4,): x1[0] is then a scalar
+        entk.entk(f, params, x1[0])  # one example (4,): x1[0] is then a scalar
     batched = lambda p, xb: jax.vmap(lambda x: mlp(p, x))(xb)  # noqa: E731
     with pytest.raises(ValueError, match=r"failed on one example|batch axis of 1"):
-        E.entk(batched, params, x1)
+        entk.entk(batched, params, x1)
     with pytest.raises(ValueError, match=r"batch axis of 1.*x\[None\]\)\[0\]"):
-        E.entk(lambda p, x: mlp(p, x)[None], params, x1)
+        entk.entk(lambda p, x: mlp(p, x)[None], params, x1)
     with pytest.raises(ValueError, match=r"a scalar.*\(C,\)"):
-        E.entk(lambda p, x: mlp(p, x).sum(), params, x1)
+        entk.entk(lambda p, x: mlp(p, x).sum(), params, x1)
     with pytest.raises(ValueError, match=r"non-empty batch.*\(N, \*feature_shape\)"):
-        E.entk(f, params, jnp.ones((0, 4)))
+        entk.entk(f, params, jnp.ones((0, 4)))
 
 
 def test_non_finite_inputs_and_params_are_rejected():
     f, params, x1, x2 = setup("mlp")
     bad = x1.at[2, 1].set(jnp.nan)
     with pytest.raises(ValueError, match=r"x1 holds 1 non-finite value.*index \(2, 1\)"):
-        E.entk(f, params, bad)
+        entk.entk(f, params, bad)
     with pytest.raises(ValueError, match=r"x2 holds 1 non-finite"):
-        E.entk(f, params, x1, bad)
+        entk.entk(f, params, x1, bad)
     with pytest.raises(ValueError, match=r"x1 holds"):
-        E.entk_matvec(f, params, bad)
+        entk.entk_matvec(f, params, bad)
     p_bad = jax.tree_util.tree_map(lambda a: a, params)
     p_bad["dense2"]["w"] = p_bad["dense2"]["w"].at[0, 0].set(jnp.inf)
     with pytest.raises(ValueError, match=r"parameter \['dense2'\]\['w'\] holds 1 non-finite"):
-        E.entk(f, p_bad, x1)
+        entk.entk(f, p_bad, x1)
     with pytest.raises(ValueError, match=r"parameter \['dense2'\]\['w'\]"):
-        E.entk_matvec(f, p_bad, x1)
-    op = E.entk_matvec(f, params, x1)
+        entk.entk_matvec(f, p_bad, x1)
+    op = entk.entk_matvec(f, params, x1)
     with pytest.raises(ValueError, match="the vector v of K v holds"):
         op(jnp.full(op.dim, jnp.nan))
     # finite inputs and parameters whose outputs overflow: the kernel says so
     huge = jax.tree_util.tree_map(lambda a: a * 1e200, params)
     with pytest.raises(FloatingPointError, match="overflow"):
-        E.entk(lambda p, x: jnp.exp(mlp(p, x)) * 1e300, huge, x1)
+        entk.entk(lambda p, x: jnp.exp(mlp(p, x)) * 1e300, huge, x1)

@@ -5,20 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ntkbook.gemma import pos_data as D
-from ntkbook.gemma import probe as PE
+from ntkbook.gemma import pos_data
+from ntkbook.gemma import probe
 
 
 def test_stratified_split():
     labels = [0] * 10 + [1] * 7 + [2] * 4
-    tr, te = PE.stratified_split(labels, 0.5, seed=0)
+    tr, te = probe.stratified_split(labels, 0.5, seed=0)
     assert len(set(tr) & set(te)) == 0 and len(tr) + len(te) == len(labels)
     lab = np.array(labels)
     assert [int(np.sum(lab[tr] == c)) for c in range(3)] == [5, 4, 2]  # round(3.5) = 4
-    tr2, _ = PE.stratified_split(labels, 0.5, seed=0)
+    tr2, _ = probe.stratified_split(labels, 0.5, seed=0)
     assert np.array_equal(tr, tr2)
     with pytest.raises(ValueError, match="train_fraction"):
-        PE.stratified_split(labels, 1.0)
+        probe.stratified_split(labels, 1.0)
 
 
 def _ap_brute(y, s):
@@ -40,8 +40,8 @@ def test_evaluate_task_picks_mode_and_sign():
     y[::4] = True
     scores = rng.standard_normal((4, N))
     scores[2] = -3.0 * y + 0.5 * rng.standard_normal(N)  # mode 2, negative sign separates the class
-    tr, te = PE.stratified_split(y.astype(int), 0.5, 0)
-    r = PE.evaluate_task(scores, y, tr, te)
+    tr, te = probe.stratified_split(y.astype(int), 0.5, 0)
+    r = probe.evaluate_task(scores, y, tr, te)
     assert (r["mode"], r["sign"]) == (2, -1)
     s = -scores[2, te]
     assert r["ap"] == pytest.approx(_ap_brute(y[te], s))
@@ -49,13 +49,13 @@ def test_evaluate_task_picks_mode_and_sign():
     k = int(y[te].sum())
     assert r["precision"] == pytest.approx(np.mean(y[te][np.argsort(-s)[:k]]))
     with pytest.raises(ValueError, match="only one class"):
-        PE.evaluate_task(scores, np.zeros(N, bool), tr, te)
+        probe.evaluate_task(scores, np.zeros(N, bool), tr, te)
 
 
 def test_pca_scores_match_covariance_eigenvectors():
     rng = np.random.default_rng(1)
     X = rng.standard_normal((50, 6)) @ np.diag([5, 3, 2, 1, 0.5, 0.1])
-    sc, var = PE.pca_scores(X, 3)
+    sc, var = probe.pca_scores(X, 3)
     Xc = X - X.mean(0)
     w, V = np.linalg.eigh(Xc.T @ Xc)
     ref = Xc @ V[:, ::-1][:, :3]
@@ -67,7 +67,7 @@ def test_pca_scores_match_covariance_eigenvectors():
 def test_morph_tasks_filters():
     morph = ["Number=Sing"] * 40 + ["Number=Plur|Tense=Past"] * 40 + ["Tense=Pres"] * 5
     words = [f"w{i % 20}" for i in range(40)] + ["the"] * 25 + [f"v{i}" for i in range(15)] + ["x"] * 5
-    kept, report = PE.morph_tasks(morph, words, min_support=30, min_words=12, max_top_share=0.5)
+    kept, report = probe.morph_tasks(morph, words, min_support=30, min_words=12, max_top_share=0.5)
     assert sorted(kept) == ["Number=Sing"]
     reasons = {r["feature"]: r["reason"] for r in report}
     assert "62%" in reasons["Number=Plur"] and "support 5" in reasons["Tense=Pres"]
@@ -78,8 +78,8 @@ def test_word_token_alignment():
     text = 'He said "hi" and ran.'
     # tokens: 'He', ' said', ' "', 'hi', '"', ' and', ' ran', '.'
     offs = np.array([[0, 2], [2, 7], [7, 9], [9, 11], [11, 12], [12, 16], [16, 20], [20, 21]])
-    assert D._word_token_index(offs, text, 3) == 1       # 'said' begins token ' said'
-    assert D._word_token_index(offs, text, 9) == 3       # 'hi' begins token 'hi'
-    assert D._word_token_index(offs, text, 13) == 5      # 'and'
+    assert pos_data.word_token_index(offs, text, 3) == 1       # 'said' begins token ' said'
+    assert pos_data.word_token_index(offs, text, 9) == 3       # 'hi' begins token 'hi'
+    assert pos_data.word_token_index(offs, text, 13) == 5      # 'and'
     offs2 = np.array([[0, 2], [2, 9], [9, 11], [11, 12], [12, 21]])
-    assert D._word_token_index(offs2, text, 8) is None   # '"' glued inside ' said "'
+    assert pos_data.word_token_index(offs2, text, 8) is None   # '"' glued inside ' said "'

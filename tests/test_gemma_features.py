@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from ntkbook import experiments as X
-from ntkbook.experiments import gemma_features as GF
+from ntkbook import experiments
+from ntkbook.experiments import gemma_features
 from ntkbook.gemma.pos_data import CLASSES
 
 CLAIMS = {"B.gemma.spectrum_identity", "B.gemma.pos_vs_pca", "B.gemma.morph_vs_pca", "B.gemma.top_contexts"}
@@ -17,16 +17,16 @@ CLAIMS = {"B.gemma.spectrum_identity", "B.gemma.pos_vs_pca", "B.gemma.morph_vs_p
 
 @pytest.fixture(scope="module")
 def small_run():
-    config = dataclasses.replace(GF.Config.smoke(), k=4, lanczos_steps=8, pca_k=4, identity_contexts=1)
-    return GF.run(config)
+    config = dataclasses.replace(gemma_features.Config.smoke(), k=4, lanczos_steps=8, pca_k=4, identity_contexts=1)
+    return gemma_features.run(config)
 
 
 def test_small_run(small_run):
     r = small_run
     N = r["N"]
-    assert N == 8 * GF.Config.smoke().n_per_class
+    assert N == 8 * gemma_features.Config.smoke().n_per_class
     assert r["identity"]["rel_err"] < 1e-8          # eq. (eq-gm-identity): equal to round-off
-    p = GF.point(r, 16)
+    p = gemma_features.point(r, 16)
     assert p["num_params"] == 640 * 2048
     lam = r["L16_down_proj/eigenvalues"]
     assert np.all(np.diff(lam) <= 0) and lam[-1] > 0  # PSD operator, sorted
@@ -35,20 +35,20 @@ def test_small_run(small_run):
     assert [row["task"] for row in p["pos"]] == list(CLASSES)
     for row in p["pos"]:
         assert 0 <= row["entk_auroc"] <= 1 and 0 <= row["pca_auroc"] <= 1
-    rows = GF.scorecard(r)
+    rows = gemma_features.scorecard(r)
     assert {row["claim"] for row in rows} == CLAIMS
     assert all(row["verdict"] in ("reproduces", "partly", "does not") for row in rows)
 
 
 def test_bad_layer():
     with pytest.raises(ValueError, match="layer 18 out of range"):
-        GF.run(dataclasses.replace(GF.Config.smoke(), layers=(18,)))
+        gemma_features.run(dataclasses.replace(gemma_features.Config.smoke(), layers=(18,)))
 
 
 def test_stored_data_set():
     """The stored data set: class-ordered, balanced, 64-token contexts, labels of the model's word."""
-    cfg = GF.Config.smoke()
-    data = X.load_or_run("gemma_pos_data", "paper", n_per_class=cfg.data_n_per_class)
+    cfg = gemma_features.Config.smoke()
+    data = experiments.load_or_run("gemma_pos_data", "paper", n_per_class=cfg.data_n_per_class)
     n = data.config["n_per_class"]
     labels = np.asarray(data["label"])
     assert data["contexts"].shape == (8 * n, 64)

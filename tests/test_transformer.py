@@ -27,14 +27,14 @@ import pytest
 
 from ntkbook import data
 
-from ntkbook.ntk import entk, features as F
-from ntkbook.experiments import modular_transformer as MT
-from ntkbook.models import transformer as T
+from ntkbook.ntk import entk, features
+from ntkbook.experiments import modular_transformer
+from ntkbook.models import transformer
 from ntkbook.train import fit
 
 jax.config.update("jax_enable_x64", True)
 
-SMALL = T.Shape(p=7, d_model=8, n_heads=2, d_head=4, d_mlp=12)
+SMALL = transformer.Shape(p=7, d_model=8, n_heads=2, d_head=4, d_mlp=12)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -75,33 +75,33 @@ def replay():
 
 
 def test_forward_matches_numpy():
-    params = T.init(jax.random.PRNGKey(0), SMALL, dtype=jnp.float64)
-    x, _ = T.dataset(SMALL.p)
+    params = transformer.init(jax.random.PRNGKey(0), SMALL, dtype=jnp.float64)
+    x, _ = transformer.dataset(SMALL.p)
     ref = np_forward(params, x[:20])
-    got_all = jax.vmap(T.apply_all_positions, in_axes=(None, 0))(params, jnp.asarray(x[:20]))
-    got = jax.vmap(T.apply, in_axes=(None, 0))(params, jnp.asarray(x[:20]))
+    got_all = jax.vmap(transformer.apply_all_positions, in_axes=(None, 0))(params, jnp.asarray(x[:20]))
+    got = jax.vmap(transformer.apply, in_axes=(None, 0))(params, jnp.asarray(x[:20]))
     np.testing.assert_allclose(np.asarray(got_all), ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(np.asarray(got), ref[:, 2], rtol=1e-12, atol=1e-12)
 
 
 def test_author_weights_forward(replay):
     params = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in replay.params.items()}
-    assert {k: v.shape for k, v in params.items()} == T.param_shapes(T.Shape())
-    got = jax.vmap(T.apply, in_axes=(None, 0))(params, jnp.asarray(replay.train_x[:8]))
+    assert {k: v.shape for k, v in params.items()} == transformer.param_shapes(transformer.Shape())
+    got = jax.vmap(transformer.apply, in_axes=(None, 0))(params, jnp.asarray(replay.train_x[:8]))
     np.testing.assert_allclose(np.asarray(got), np_forward(replay.params, replay.train_x[:8])[:, 2],
                                rtol=1e-11, atol=1e-12)
 
 
 def test_gradient_matches_finite_differences():
-    params = T.init(jax.random.PRNGKey(1), SMALL, dtype=jnp.float64)
-    x, y = T.dataset(SMALL.p)
+    params = transformer.init(jax.random.PRNGKey(1), SMALL, dtype=jnp.float64)
+    x, y = transformer.dataset(SMALL.p)
     xb, yb = x[:15], y[:15]
-    g = jax.grad(lambda prm: T.cross_entropy(jax.vmap(T.apply, in_axes=(None, 0))(prm, jnp.asarray(xb)),
+    g = jax.grad(lambda prm: transformer.cross_entropy(jax.vmap(transformer.apply, in_axes=(None, 0))(prm, jnp.asarray(xb)),
                                              jnp.asarray(yb), SMALL.p))(params)
     rng = np.random.default_rng(0)
     base = {k: np.asarray(v) for k, v in params.items()}
     h = 1e-6
-    for name in T.PARAM_NAMES:
+    for name in transformer.PARAM_NAMES:
         for _ in range(2):
             idx = tuple(rng.integers(0, s) for s in base[name].shape)
             plus = {k: v.copy() for k, v in base.items()}
@@ -115,15 +115,15 @@ def test_gradient_matches_finite_differences():
 def test_training_matches_handwritten_adamw(replay):
     """fit + optax.adamw, last batch kept, recorded order == torch's AdamW formula in numpy."""
     p, lr, wd, b1, b2, eps, bs = 29, 3e-4, 1.0, 0.9, 0.999, 1e-8, 64
-    X, Y = T.dataset(p)
-    tr = T.rows_of(replay.train_x, p)
+    X, Y = transformer.dataset(p)
+    tr = transformer.rows_of(replay.train_x, p)
     xtr, ytr = X[tr], Y[tr]
     params = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in replay.params.items()}
     epochs = 2
-    batched = jax.vmap(T.apply, in_axes=(None, 0))
+    batched = jax.vmap(transformer.apply, in_axes=(None, 0))
 
     def loss_fn(prm, batch):
-        return T.cross_entropy(batched(prm, batch[0]), batch[1], p)
+        return transformer.cross_entropy(batched(prm, batch[0]), batch[1], p)
 
     res = fit(loss_fn, params, optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=wd),
               (jnp.asarray(xtr), jnp.asarray(ytr)), epochs=epochs, batch_size=bs, drop_last=False,
@@ -154,13 +154,13 @@ def test_training_matches_handwritten_adamw(replay):
 
 def test_replay_matches_author_log(replay):
     """Float64 replay vs the author's printed log at his epochs 0 and 20 (after 1 and 21 epochs)."""
-    X, Y = T.dataset(29)
-    tr, te = T.rows_of(replay.train_x, 29), T.rows_of(replay.test_x, 29)
+    X, Y = transformer.dataset(29)
+    tr, te = transformer.rows_of(replay.train_x, 29), transformer.rows_of(replay.test_x, 29)
     params = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in replay.params.items()}
-    hist, _ = MT.train_run(params, X[tr], Y[tr], X[te], Y[te], p=29, lr=3e-4, weight_decay=1.0,
+    hist, _ = modular_transformer.train_run(params, X[tr], Y[tr], X[te], Y[te], p=29, lr=3e-4, weight_decay=1.0,
                            batch_size=64, epochs=21, batch_order=replay.perms[:21])
     for e_author in (0, 20):
-        loss, acc = MT.AUTHOR_LOG[e_author]
+        loss, acc = modular_transformer.AUTHOR_LOG[e_author]
         assert abs(hist["train_loss"][e_author + 1] - loss) <= 5e-5
         assert round(100 * hist["test_acc"][e_author + 1], 1) == acc
 
@@ -179,65 +179,65 @@ def test_replay_loader_errors(tmp_path, monkeypatch):
 def test_replay_file_contents(replay):
     assert replay.perms.shape == (4000, 420) and replay.train_x.shape == (420, 3)
     assert (np.sort(replay.perms, axis=1) == np.arange(420)).all()
-    rows = np.concatenate([T.rows_of(replay.train_x, 29), T.rows_of(replay.test_x, 29)])
+    rows = np.concatenate([transformer.rows_of(replay.train_x, 29), transformer.rows_of(replay.test_x, 29)])
     assert np.array_equal(np.sort(rows), np.arange(841)) and (replay.train_x[:, 2] == 29).all()
 
 
 def test_split_and_bad_input():
-    tr, te = T.split(29, 0.5, 3)
+    tr, te = transformer.split(29, 0.5, 3)
     assert len(tr) == 420 and len(te) == 421 and len(np.intersect1d(tr, te)) == 0
     with pytest.raises(ValueError, match="train_fraction"):
-        T.split(29, 1.0, 0)
+        transformer.split(29, 1.0, 0)
     with pytest.raises(ValueError, match="p must be"):
-        T.dataset(1)
+        transformer.dataset(1)
 
 
 # --------------------------------------------------------------------------------------------------
 # kernels
 # --------------------------------------------------------------------------------------------------
 def test_mean_logit_equals_full_kernel_average():
-    params = T.init(jax.random.PRNGKey(2), SMALL, dtype=jnp.float64)
-    x, _ = T.dataset(SMALL.p)
+    params = transformer.init(jax.random.PRNGKey(2), SMALL, dtype=jnp.float64)
+    x, _ = transformer.dataset(SMALL.p)
     x = jnp.asarray(x[:10])
     for flt in ("W_E", "W_in", "W_U", None):
-        full = entk.entk(T.apply, params, x, reduction="full", param_filter=flt)
-        ml = entk.entk_mean_logit(T.apply, params, x, param_filter=flt)
+        full = entk.entk(transformer.apply, params, x, reduction="full", param_filter=flt)
+        ml = entk.entk_mean_logit(transformer.apply, params, x, param_filter=flt)
         np.testing.assert_allclose(np.asarray(ml), np.asarray(full).mean(axis=(2, 3)), rtol=1e-10,
                                    atol=1e-14)
-    layers = MT.group_layers()
-    ks = entk.entk_mean_logit(T.apply, params, x, layers=layers, batch_size=4)
-    total = entk.entk_mean_logit(T.apply, params, x)
+    layers = modular_transformer.group_layers()
+    ks = entk.entk_mean_logit(transformer.apply, params, x, layers=layers, batch_size=4)
+    total = entk.entk_mean_logit(transformer.apply, params, x)
     np.testing.assert_allclose(sum(np.asarray(k) for k in ks.values()), np.asarray(total), rtol=1e-10)
-    op = entk.entk_matvec_mean_logit(T.apply, params, x, param_filter=layers["W_O"])
+    op = entk.entk_matvec_mean_logit(transformer.apply, params, x, param_filter=layers["W_O"])
     v = np.random.default_rng(0).standard_normal(10)
     np.testing.assert_allclose(np.asarray(op(v)), np.asarray(ks["W_O"]) @ v, rtol=1e-10, atol=1e-14)
     with pytest.raises(ValueError, match="either layers or param_filter"):
-        entk.entk_mean_logit(T.apply, params, x, layers=layers, param_filter="W_U")
+        entk.entk_mean_logit(transformer.apply, params, x, layers=layers, param_filter="W_U")
 
 
 def test_readout_kernels_are_gram_matrices():
     """W_U and W_out mean-logit kernels are H H^T / C and |W_U 1|^2 A A^T / C^2; the class trace
     of both is proportional (the chapter's derivation)."""
-    params = T.init(jax.random.PRNGKey(3), SMALL, dtype=jnp.float64)
-    x, _ = T.dataset(SMALL.p)
+    params = transformer.init(jax.random.PRNGKey(3), SMALL, dtype=jnp.float64)
+    x, _ = transformer.dataset(SMALL.p)
     xs = jnp.asarray(x[:12])
     C = SMALL.vocab
-    H, A = MT.readout_features(params, SMALL.p)
+    H, A = modular_transformer.readout_features(params, SMALL.p)
     H, A = H[:12], A[:12]
     u = np.asarray(params["W_U"]).sum(axis=1)
-    ml = entk.entk_mean_logit(T.apply, params, xs, layers={"W_U": "W_U", "W_out": "W_out"})
+    ml = entk.entk_mean_logit(transformer.apply, params, xs, layers={"W_U": "W_U", "W_out": "W_out"})
     np.testing.assert_allclose(np.asarray(ml["W_U"]), H @ H.T / C, rtol=1e-10)
     np.testing.assert_allclose(np.asarray(ml["W_out"]), (u @ u) * A @ A.T / C**2, rtol=1e-10)
-    tr = entk.entk_layerwise(T.apply, params, xs, layers={"W_U": "W_U", "W_out": "W_out"},
+    tr = entk.entk_layerwise(transformer.apply, params, xs, layers={"W_U": "W_U", "W_out": "W_out"},
                              reduction="class_mean")
     np.testing.assert_allclose(np.asarray(tr["W_U"]), H @ H.T, rtol=1e-10)
     WU = np.asarray(params["W_U"])
     np.testing.assert_allclose(np.asarray(tr["W_out"]), np.trace(WU.T @ WU) / C * A @ A.T, rtol=1e-10)
     # the SVD route gives the same top eigenspace as the kernel
-    top = MT.cheap_top_vectors(params, SMALL.p, 3)
-    Kfull = np.asarray(entk.entk_mean_logit(T.apply, params, jnp.asarray(x), param_filter="W_U"))
+    top = modular_transformer.cheap_top_vectors(params, SMALL.p, 3)
+    Kfull = np.asarray(entk.entk_mean_logit(transformer.apply, params, jnp.asarray(x), param_filter="W_U"))
     w, V = np.linalg.eigh(Kfull)
-    assert F.subspace_overlap(top["W_U"], V[:, ::-1][:, :3]) == pytest.approx(3.0, abs=1e-8)
+    assert features.subspace_overlap(top["W_U"], V[:, ::-1][:, :3]) == pytest.approx(3.0, abs=1e-8)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -245,24 +245,24 @@ def test_readout_kernels_are_gram_matrices():
 # --------------------------------------------------------------------------------------------------
 def test_key_frequency_bases_orthogonal_and_content():
     p, freqs = 11, (2, 5)
-    B = F.key_frequency_bases(p, freqs)
+    B = features.key_frequency_bases(p, freqs)
     assert [b.shape[1] for b in B.values()] == [1, 4, 4, 4, 4]
     M = np.concatenate(list(B.values()), axis=1)
     np.testing.assert_allclose(M.T @ M, np.eye(M.shape[1]), atol=1e-12)
-    a, b = F.grid(p)
+    a, b = features.grid(p)
     w = 2 * np.pi * 5 / p
     v = np.stack([np.cos(w * a) + np.cos(w * b), np.cos(w * (a + b)) + 0.5,
                   np.cos(2 * np.pi * 3 * (a - b) / p)], axis=1)
-    c = F.fourier_content(v, B)
+    c = features.fourier_content(v, B)
     np.testing.assert_allclose(c.sum(axis=1), 1.0, atol=1e-12)
     assert c[0, 1] == pytest.approx(1.0)  # axis sum
     assert c[1, 3] == pytest.approx(1 / (1 + 0.25 * 2))  # sum, the rest constant
     assert c[1, 0] == pytest.approx(0.5 / 1.5)
     assert c[2, -1] == pytest.approx(1.0)  # difference at a non-key frequency: "other"
     with pytest.raises(ValueError, match="distinct integers"):
-        F.key_frequency_bases(p, (0, 2))
-    add = F.additive_basis(p)
-    assert add.shape[1] == F.additive_dimension(p) == 2 * p - 1
+        features.key_frequency_bases(p, (0, 2))
+    add = features.additive_basis(p)
+    assert add.shape[1] == features.additive_dimension(p) == 2 * p - 1
     np.testing.assert_allclose(add.T @ add, np.eye(2 * p - 1), atol=1e-12)
     # axis features lie in the additive space, sum features are orthogonal to it
     assert np.linalg.norm(add.T @ B["axis_sum"]) ** 2 == pytest.approx(4.0)
@@ -276,12 +276,12 @@ def test_key_frequencies_and_additive_chance():
     W = 0.05 * rng.standard_normal((p + 1, 16))
     W[:p, 0] += 3 * np.cos(2 * np.pi * 4 * a / p)
     W[:p, 1] += 2 * np.sin(2 * np.pi * 11 * a / p)
-    kf = F.key_frequencies(W, p)
+    kf = features.key_frequencies(W, p)
     assert kf.frequencies == (4, 11)
     assert kf.power.sum() == pytest.approx(1.0)
     with pytest.raises(ValueError):
-        F.key_frequencies(W[:5], p)
-    r = F.additive_chance(p, 9, 4, samples=400, seed=1)
+        features.key_frequencies(W[:5], p)
+    r = features.additive_chance(p, 9, 4, samples=400, seed=1)
     assert r.n == 57 and r.mean == pytest.approx(9 * 4 / 57)
     assert abs(r.sampled_mean - r.mean) < 4 * r.std / math.sqrt(400) + 1e-3
 
@@ -291,8 +291,8 @@ def test_key_frequencies_and_additive_chance():
 # --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def smoke():
-    cfg = dataclasses.replace(MT.Config.smoke(), trace_kernels=False)
-    return MT.run(cfg)
+    cfg = dataclasses.replace(modular_transformer.Config.smoke(), trace_kernels=False)
+    return modular_transformer.run(cfg)
 
 
 def test_smoke_experiment(smoke):
@@ -327,7 +327,7 @@ def test_smoke_experiment(smoke):
     lz = res["main_analysis"]["lanczos"]
     assert lz["W_U"]["default"]["max_rel_error"] < 1e-8
     assert lz["W_E"]["long"]["max_rel_error"] <= lz["W_E"]["default"]["max_rel_error"]
-    rows = MT.scorecard(res)
+    rows = modular_transformer.scorecard(res)
     assert {r["claim"] for r in rows} == {"B.tf.grokking", "B.tf.key_freqs", "B.tf.attn_axis_sum",
                                           "B.tf.out_sum", "B.tf.replay", "B.tf.dynamics"}
     assert all(r["verdict"] in ("reproduces", "partly", "does not") for r in rows)
@@ -360,7 +360,7 @@ def test_chapter_knobs_reach_the_run():
              for t in node.targets if t.id != "scale"]
     assert len(knobs) >= 4
     run_cell = next(c.source for c in cells if "load_or_run(" in c.source)
-    fields = {f.name for f in dataclasses.fields(MT.Config)}
+    fields = {f.name for f in dataclasses.fields(modular_transformer.Config)}
     for k in knobs:
         assert k in fields, f"knob {k} is not a field of modular_transformer.Config"
         assert f"{k}={k}" in run_cell, f"knob {k} does not reach load_or_run"
@@ -376,13 +376,13 @@ def test_figures_are_readable():
 
     from ntkbook.experiments import load_or_run
     from ntkbook.plotting import MIN_FONT_PX, display_font_px
-    from ntkbook.plotting import transformer as PT
+    from ntkbook.plotting import transformer as transformer_plots
 
     res = load_or_run("modular_transformer", "paper")
     small = {}
     for name in ("plot_training", "plot_key_power", "plot_spectra", "plot_content",
                  "plot_eigenvectors", "plot_dynamics", "plot_lanczos"):
-        fig = getattr(PT, name)(res)
+        fig = getattr(transformer_plots, name)(res)
         if display_font_px(fig) < MIN_FONT_PX:
             small[name] = round(display_font_px(fig), 1)
         plt.close(fig)

@@ -127,7 +127,7 @@ MUTATIONS = [
       ("return jnp.transpose(k, (1, 0, 3, 2))", "return jnp.transpose(k, (1, 0, 2, 3))"), ENTK),
     M("N3", "ntk/entk.py", "matrix-free class_mean product not divided by C",
       ('return jnp.einsum("cnc->n", outs) / C', 'return jnp.einsum("cnc->n", outs)'), ENTK),
-    M("N4", "ntk/entk.py", "non-finite input check off",
+    M("N4", "ntk/operator.py", "non-finite input check off (the engine's check_finite)",
       ("    if bool(jnp.any(bad)):\n", "    if False:\n"), ENTK),
     M("N5", "ntk/entk.py", "padded rows of the last chunk kept in the kernel",
       ("grid[g][i][j] = out[g][:na, :nb]", "grid[g][i][j] = out[g]"), ENTK),

@@ -24,30 +24,62 @@ import numpy as np
 
 from ntkbook.progress import Progress, format_seconds
 from ntkbook.store import PointStore, Result
+from ntkbook.verdicts import DOES_NOT, by_threshold, ladder
 
 NAME = "gemma_features"
 VERSION = "1"
 
+#: the task families evaluated at each point: the parts of speech and the morphological features
+FAMILIES = ("pos", "morph")
+#: the per-task columns averaged over a family (``probe.evaluate_tasks`` rows, ``<method>_<metric>``)
+MACRO_COLUMNS = ("entk_ap", "entk_auroc", "entk_precision", "pca_ap", "pca_auroc", "pca_precision")
+#: the summary entries of a point's row, spelled out: family -> {entry: key in the row}; ``n`` is the
+#: number of tasks, the ``MACRO_COLUMNS`` their macro averages, ``entk_wins_*`` the number of tasks
+#: on which the eNTK beats PCA
+SUMMARY_KEYS: dict[str, dict[str, str]] = {
+    "pos": {"n": "pos_n",
+            "entk_ap": "pos_entk_ap", "entk_auroc": "pos_entk_auroc", "entk_precision": "pos_entk_precision",
+            "pca_ap": "pos_pca_ap", "pca_auroc": "pos_pca_auroc", "pca_precision": "pos_pca_precision",
+            "entk_wins_ap": "pos_entk_wins_ap", "entk_wins_auroc": "pos_entk_wins_auroc"},
+    "morph": {"n": "morph_n",
+              "entk_ap": "morph_entk_ap", "entk_auroc": "morph_entk_auroc",
+              "entk_precision": "morph_entk_precision",
+              "pca_ap": "morph_pca_ap", "pca_auroc": "morph_pca_auroc", "pca_precision": "morph_pca_precision",
+              "entk_wins_ap": "morph_entk_wins_ap", "entk_wins_auroc": "morph_entk_wins_auroc"},
+}
+#: the arrays stored for each point, under :func:`point_key` ``"L<layer>_<param_set>/<name>"``
+POINT_ARRAYS = ("eigenvalues", "ritz_residuals", "entk_scores", "pca_scores", "pca_variance")
+#: the spectrum-identity check's arrays: its name -> key in the result
+IDENTITY_ARRAYS = {"ev_reduced": "identity_ev_reduced", "ev_logit": "identity_ev_logit"}
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """eNTK modes against PCA as detectors of parts of speech and morphology in Gemma-3-270M.
+
+    Presets: ``paper()`` all 1024 contexts of the paper-scale data set at layer 16 (the author's
+    choice), the top 25 modes from 50 Lanczos products; ``smoke()`` 4 contexts per class of the same
+    stored data set, 6 modes from 10 products, looser task filters.  The chapter's layer sweep
+    overrides ``layers`` and ``whole_layer_at``.
+    """
+
     n_per_class: int = 128                # the first n_per_class contexts of each class are used
     data_scale: str = "paper"             # scale of the gemma_pos_data result they come from,
     data_n_per_class: int = 128           # and its n_per_class
     layers: tuple[int, ...] = (16,)       # layers with the author's parameter choice (down_proj)
     whole_layer_at: tuple[int, ...] = ()  # layers where every parameter of the layer is used too
-    k: int = 25
-    lanczos_steps: int = 50
-    seed: int = 0
-    chunk: int = 16
-    pca_k: int = 25
-    train_fraction: float = 0.5
-    split_seed: int = 0
-    min_support: int = 30
-    min_words: int = 12
-    max_top_share: float = 0.5
+    k: int = 25                           # eNTK modes (top eigenvectors) computed per point
+    lanczos_steps: int = 50               # Lanczos products (Krylov depth) per point
+    seed: int = 0                         # seed of Lanczos' starting vector
+    chunk: int = 16                       # contexts per VJP/JVP call of the operator
+    pca_k: int = 25                       # principal components of the baseline
+    train_fraction: float = 0.5           # share of each class in the half that chooses mode and sign
+    split_seed: int = 0                   # seed of that stratified split
+    min_support: int = 30                 # a morphological task needs this many positive contexts,
+    min_words: int = 12                   # this many distinct words among them,
+    max_top_share: float = 0.5            # and no word holding more than this share of them
     identity_contexts: int = 2            # 0: skip the spectrum-identity check
-    identity_layer: int = 16
+    identity_layer: int = 16              # layer of the spectrum-identity check
     top_n: int = 8                        # top contexts kept per mode and sign
 
     @classmethod
@@ -62,6 +94,8 @@ class Config:
 
 
 def points_of(config: Config) -> list[tuple[int, str]]:
+    """The (layer, parameter set) points of a config: every layer with ``down_proj``, then the
+    ``whole_layer_at`` layers with ``layer``."""
     return [(L, "down_proj") for L in config.layers] + [(L, "layer") for L in config.whole_layer_at]
 
 
@@ -79,11 +113,11 @@ def estimate_seconds(config: Config) -> float:
 def _layer_output_fn(cfg, L):
     import jax  # noqa: PLC0415
 
-    from ntkbook.gemma import model as G  # noqa: PLC0415
+    from ntkbook.gemma import model as gemma_model  # noqa: PLC0415
 
     def one(layers, h):
         lp = {k: v[L] for k, v in layers.items()}
-        return G.run_layer(lp, h, cfg, L in cfg.global_layers)[-1]
+        return gemma_model.run_layer(lp, h, cfg, L in cfg.global_layers)[-1]
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0)))
 
@@ -101,24 +135,24 @@ def identity_check(params, cfg, residuals, L: int, param_set=("k_norm",), direct
     """
     import jax  # noqa: PLC0415
 
-    from ntkbook.gemma import operator as E  # noqa: PLC0415
-    from ntkbook.gemma import model as G  # noqa: PLC0415
+    from ntkbook.gemma import operator as gemma_operator  # noqa: PLC0415
+    from ntkbook.gemma import model as gemma_model  # noqa: PLC0415
 
-    keys = E._param_keys(param_set)
+    keys = gemma_operator.param_keys(param_set)
     theta = {k: params["layers"][k][L] for k in keys}
     flat0, unravel = jax.flatten_util.ravel_pytree(theta)
     R, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((flat0.size, directions)))
-    rest = E._rest(params)
+    rest = gemma_operator.forward_from_params(params)
     h = jax.numpy.asarray(residuals)
 
     def F(vec):
         th = unravel(vec)
-        return jax.vmap(lambda x: G.forward_from(rest, cfg, x, L, layer_L=th)[-1])(h).reshape(-1)
+        return jax.vmap(lambda x: gemma_model.forward_from(rest, cfg, x, L, layer_L=th)[-1])(h).reshape(-1)
 
     jvp = jax.jit(jax.vmap(lambda t: jax.jvp(F, (flat0,), (t,))[1]))
     J = np.asarray(jvp(jax.numpy.asarray(R.T, flat0.dtype)), np.float64).T  # (N d, r)
     N, d = h.shape[0], cfg.d_model
-    Gh = E.gram_sqrt(params["embed"]) if gram_half is None else np.asarray(gram_half, np.float64)
+    Gh = gemma_operator.gram_sqrt(params["embed"]) if gram_half is None else np.asarray(gram_half, np.float64)
     S_J = np.einsum("de,nep->ndp", Gh, J.reshape(N, d, -1)).reshape(N * d, -1)
     ev_red = np.sort(np.linalg.eigvalsh(S_J @ S_J.T))[::-1]
     U = np.asarray(params["embed"])
@@ -160,26 +194,30 @@ def _take(data, sel):
 
 
 def _tasks(data, config: Config):
-    from ntkbook.gemma import probe as PE  # noqa: PLC0415
+    from ntkbook.gemma import probe  # noqa: PLC0415
 
     classes = data["classes"]
     labels = np.asarray(data["label"])
     pos_tasks = {c: labels == i for i, c in enumerate(classes)}
-    morph, morph_report = PE.morph_tasks(data["morph"], data["model_word"], min_support=config.min_support,
+    morph, morph_report = probe.morph_tasks(data["morph"], data["model_word"], min_support=config.min_support,
                                          min_words=config.min_words, max_top_share=config.max_top_share)
-    train, test = PE.stratified_split(labels, config.train_fraction, config.split_seed)
+    train, test = probe.stratified_split(labels, config.train_fraction, config.split_seed)
     # a morphological task needs positives and negatives in both halves
     morph = {k: v for k, v in morph.items() if 0 < v[train].sum() < len(train) and 0 < v[test].sum() < len(test)}
     return pos_tasks, morph, morph_report, train, test
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """For each (layer, parameter set) point: the top ``k`` modes of the reduced eNTK operator by
+    Lanczos, the top ``pca_k`` principal components of the block output, and both scored one-vs-rest
+    on the parts of speech and the morphological tasks; plus the spectrum-identity check.  Each
+    point is checkpointed (see the module docstring)."""
     import jax  # noqa: PLC0415
 
-    from ntkbook import experiments as X  # noqa: PLC0415
-    from ntkbook.gemma import operator as E  # noqa: PLC0415
+    from ntkbook import experiments  # noqa: PLC0415
+    from ntkbook.gemma import operator as gemma_operator  # noqa: PLC0415
     from ntkbook.gemma import weights as gemma_weights  # noqa: PLC0415
-    from ntkbook.gemma import probe as PE  # noqa: PLC0415
+    from ntkbook.gemma import probe  # noqa: PLC0415
     from ntkbook.ntk.eig import check_symmetric, lanczos_topk  # noqa: PLC0415
 
     points = points or PointStore(None)
@@ -192,7 +230,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     if config.n_per_class > config.data_n_per_class:
         raise ValueError(f"n_per_class ({config.n_per_class}) exceeds the data set's data_n_per_class "
                          f"({config.data_n_per_class})")
-    data = X.load_or_run("gemma_pos_data", config.data_scale, n_per_class=config.data_n_per_class)
+    data = experiments.load_or_run("gemma_pos_data", config.data_scale, n_per_class=config.data_n_per_class)
     sel = subset(np.asarray(data["label"]), config.n_per_class)
     data = _take(data, sel)
     contexts = np.asarray(data["contexts"])
@@ -209,7 +247,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     pos_tasks, morph, morph_report, train, test = _tasks(data, config)
 
     def ident():
-        res = E.compute_residuals(params, cfg, contexts[:config.identity_contexts], config.identity_layer)
+        res = gemma_operator.compute_residuals(params, cfg, contexts[:config.identity_contexts], config.identity_layer)
         t = time.perf_counter()
         out = identity_check(params, cfg, res, config.identity_layer, gram_half=Gh)
         out["seconds"] = time.perf_counter() - t
@@ -223,11 +261,11 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     for L, ps in points_of(config):
         def compute(L=L, ps=ps):
             t = time.perf_counter()
-            res = E.compute_residuals(params, cfg, contexts, L)
+            res = gemma_operator.compute_residuals(params, cfg, contexts, L)
             block_out = np.concatenate([np.asarray(_layer_output_fn(cfg, L)(params["layers"], res[s:s + 32]))
                                         for s in range(0, N, 32)])
             t_res = time.perf_counter() - t
-            op = E.layer_operator(params, cfg, res, L, param_set=ps, gram_half=Gh, chunk=config.chunk)
+            op = gemma_operator.layer_operator(params, cfg, res, L, param_set=ps, gram_half=Gh, chunk=config.chunk)
             with jax.enable_x64(True):
                 t = time.perf_counter()
                 check_symmetric(op, op.dim, trials=1, rtol=1e-4, dtype=jax.numpy.float64)
@@ -239,8 +277,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                 vecs = np.asarray(eig.eigenvectors)
                 lam = np.asarray(eig.eigenvalues)
                 ritz = np.asarray(eig.residual_norms)
-            entk_sc = E.mode_scores(vecs, N, cfg.d_model)
-            pca_sc, pca_var = PE.pca_scores(block_out, config.pca_k)
+            entk_sc = gemma_operator.mode_scores(vecs, N, cfg.d_model)
+            pca_sc, pca_var = probe.pca_scores(block_out, config.pca_k)
             scalars = {"layer": L, "param_set": ps, "num_params": op.num_params, "t_residuals": t_res,
                        "t_symmetry_check": t_check, "t_lanczos": t_lanczos,
                        "products": eig.num_matvecs, "t_per_product": t_lanczos / eig.num_matvecs}
@@ -249,21 +287,20 @@ def run(config: Config, points: PointStore | None = None) -> Result:
 
         arrays, scalars = points.cached(f"L={L}-{ps}", compute)
         score_sets = {"entk": arrays["entk_scores"], "pca": arrays["pca_scores"]}
-        pos_rows = PE.evaluate_tasks(score_sets, pos_tasks, train, test)
-        morph_rows = PE.evaluate_tasks(score_sets, morph, train, test)
+        pos_rows = probe.evaluate_tasks(score_sets, pos_tasks, train, test)
+        morph_rows = probe.evaluate_tasks(score_sets, morph, train, test)
         per_point[(L, ps)] = (arrays, scalars, pos_rows, morph_rows)
         bar.update(1)
         bar.set_postfix(layer=L, lanczos=format_seconds(scalars["t_lanczos"]))
     bar.close()
 
-    out_arrays = {f"identity_{k}": v for k, v in id_arrays.items()}
+    out_arrays = {IDENTITY_ARRAYS[k]: v for k, v in id_arrays.items()}
     out_arrays["train_idx"], out_arrays["test_idx"] = train, test
     point_rows = []
     for (L, ps), (arrays, scalars, pos_rows, morph_rows) in per_point.items():
-        tag = f"L{L}_{ps}"
-        for key in ("eigenvalues", "ritz_residuals", "entk_scores", "pca_scores", "pca_variance"):
-            out_arrays[f"{tag}/{key}"] = arrays[key]
-        point_rows.append({**scalars, "tag": tag, "pos": pos_rows, "morph": morph_rows,
+        for key in POINT_ARRAYS:
+            out_arrays[point_key(L, ps, key)] = arrays[key]
+        point_rows.append({**scalars, "tag": point_tag(L, ps), "pos": pos_rows, "morph": morph_rows,
                            **_macro(pos_rows, "pos"), **_macro(morph_rows, "morph")})
     return Result(
         name=NAME, config=dataclasses.asdict(config), arrays=out_arrays,
@@ -279,16 +316,29 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     )
 
 
-def _macro(rows: list[dict], prefix: str) -> dict:
+def _macro(rows: list[dict], family: str) -> dict:
+    """The :data:`SUMMARY_KEYS` entries of one family of task rows."""
+    keys = SUMMARY_KEYS[family]
     if not rows:
-        return {f"{prefix}_n": 0}
-    out = {f"{prefix}_n": len(rows)}
-    for m in ("entk", "pca"):
-        for metric in ("ap", "auroc", "precision"):
-            out[f"{prefix}_{m}_{metric}"] = float(np.mean([r[f"{m}_{metric}"] for r in rows]))
-    out[f"{prefix}_entk_wins_ap"] = int(sum(r["entk_ap"] > r["pca_ap"] for r in rows))
-    out[f"{prefix}_entk_wins_auroc"] = int(sum(r["entk_auroc"] > r["pca_auroc"] for r in rows))
+        return {keys["n"]: 0}
+    out = {keys["n"]: len(rows)}
+    for column in MACRO_COLUMNS:
+        out[keys[column]] = float(np.mean([r[column] for r in rows]))
+    out[keys["entk_wins_ap"]] = int(sum(r["entk_ap"] > r["pca_ap"] for r in rows))
+    out[keys["entk_wins_auroc"]] = int(sum(r["entk_auroc"] > r["pca_auroc"] for r in rows))
     return out
+
+
+def point_tag(layer: int, param_set: str) -> str:
+    """The tag of a point in the result's keys and rows, ``"L<layer>_<param_set>"``."""
+    return f"L{layer}_{param_set}"
+
+
+def point_key(layer: int, param_set: str, name: str) -> str:
+    """The result key of the array ``name`` (one of :data:`POINT_ARRAYS`) of a point."""
+    if name not in POINT_ARRAYS:
+        raise KeyError(f"no point array {name!r}; have {POINT_ARRAYS}")
+    return f"{point_tag(layer, param_set)}/{name}"
 
 
 def point(result: Result, layer: int = 16, param_set: str = "down_proj") -> dict:
@@ -309,7 +359,7 @@ def purity(result: Result, layer: int = 16, param_set: str = "down_proj", n: int
     """For each part of speech: the fraction of that class among the ``n`` top contexts of its chosen
     mode and sign (chosen on the training half), over all contexts."""
     p = point(result, layer, param_set)
-    scores = result[f"L{layer}_{param_set}/entk_scores"]
+    scores = result[point_key(layer, param_set, "entk_scores")]
     labels = np.asarray(result["labels"])
     rows = []
     for r in p["pos"]:
@@ -329,24 +379,25 @@ def scorecard(result: Result) -> list[dict]:
         return rows
     err = idt["rel_err"]
     rows.append({"claim": "B.gemma.spectrum_identity", "ours": f"max eigenvalue difference {sci(err, 1)} × λ₁",
-                 "verdict": "reproduces" if err < 1e-6 else ("partly" if err < 1e-3 else "does not"),
+                 "verdict": ladder(err < 1e-6, err < 1e-3),
                  "note": f"N = {idt['N']}, P = {idt['P']} ({'+'.join(idt['param_set'])}); reproduces below 10⁻⁶ (partly below 10⁻³)"})
     scale = f"N = {result['N']}"
     layer = 16 if any(p["layer"] == 16 for p in result["points"]) else result["points"][0]["layer"]
     p = point(result, layer)
     for key, claim, need in (("pos", "B.gemma.pos_vs_pca", "all"), ("morph", "B.gemma.morph_vs_pca", "all but one")):
-        n = p.get(f"{key}_n", 0)
+        keys = SUMMARY_KEYS[key]
+        n = p.get(keys["n"], 0)
         if n == 0:
-            rows.append({"claim": claim, "ours": "no task", "verdict": "does not",
+            rows.append({"claim": claim, "ours": "no task", "verdict": DOES_NOT,
                          "note": f"no {key} task passed the support filters at {scale}"})
             continue
-        wins = p[f"{key}_entk_wins_ap"]
+        wins = p[keys["entk_wins_ap"]]
         # "all but one" is only a weaker test than "all" when there are at least 3 tasks
         full = n if need == "all" or n < 3 else n - 1
-        verdict = "reproduces" if wins >= full else ("partly" if wins >= n / 2 else "does not")
+        verdict = by_threshold(wins, full, n / 2)
         rows.append({"claim": claim,
-                     "ours": f"eNTK beats PCA (test AP) on {wins}/{n}; macro AUROC {p[f'{key}_entk_auroc']:.2f} "
-                             f"vs {p[f'{key}_pca_auroc']:.2f}",
+                     "ours": f"eNTK beats PCA (test AP) on {wins}/{n}; macro AUROC {p[keys['entk_auroc']]:.2f} "
+                             f"vs {p[keys['pca_auroc']]:.2f}",
                      "verdict": verdict,
                      "note": f"layer {layer} down_proj, {scale}; paper: eNTK wins on {need} (with fewer than 3 "
                              "tasks: on all); partly if on at least half"})
@@ -354,7 +405,7 @@ def scorecard(result: Result) -> list[dict]:
     pur = purity(result, layer, n=n_top)
     m = float(np.mean([r["purity"] for r in pur]))
     rows.append({"claim": "B.gemma.top_contexts", "ours": f"mean top-{n_top} purity {m:.2f}",
-                 "verdict": "reproduces" if m >= 0.8 else ("partly" if m >= 0.5 else "does not"),
+                 "verdict": by_threshold(m, 0.8, 0.5),
                  "note": f"class share among the {n_top} top contexts of each class's chosen mode ({scale}); "
                          "reproduces at >= 0.8, partly at >= 0.5"})
     return rows

@@ -27,12 +27,19 @@ VERSION = "2"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    n_per_class: int = 128
-    context_len: int = 64
+    """The part-of-speech data set: ``n_per_class`` contexts of ``context_len`` tokens for each of
+    the eight classes, kept when Gemma's greedy continuation agrees with the story's next word.
+
+    Presets: ``paper()`` 128 contexts per class (N = 1024; most of an hour on 2 CPU cores);
+    ``smoke()`` 4 per class.
+    """
+
+    n_per_class: int = 128   # contexts kept per part of speech
+    context_len: int = 64    # tokens per context (the last one precedes the word to predict)
     per_story: int = 3       # candidates drawn per class from one story (while the class needs more)
     gen_tokens: int = 3      # greedy tokens generated for the agreement filter
     batch: int = 8           # contexts per generation call
-    seed: int = 0
+    seed: int = 0            # seed of the story order and of the draws inside a story
 
     @classmethod
     def smoke(cls) -> "Config":
@@ -51,9 +58,12 @@ def estimate_seconds(config: Config) -> float:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """Build the data set: walk the shuffled stories, draw candidates per class, keep those whose
+    word Gemma predicts (its greedy continuation starts with the story's word, tagged by spaCy),
+    until every class has ``n_per_class``; one checkpointed point per story."""
     from ntkbook.gemma import weights as gemma_weights  # noqa: PLC0415
-    from ntkbook.gemma import pos_data as D  # noqa: PLC0415
-    from ntkbook.gemma import model as G  # noqa: PLC0415
+    from ntkbook.gemma import pos_data  # noqa: PLC0415
+    from ntkbook.gemma import model as gemma_model  # noqa: PLC0415
 
     points = points or PointStore(None)
     if config.n_per_class < 1 or config.context_len < 1:
@@ -61,8 +71,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     t0 = time.perf_counter()
     cfg, params, tok = gemma_weights.load()
     t_load = time.perf_counter() - t0
-    nlp = D.load_tagger()
-    stories = D.load_stories()
+    nlp = pos_data.load_tagger()
+    stories = pos_data.load_stories()
     order = list(range(len(stories)))
     random.Random(config.seed).shuffle(order)
 
@@ -87,8 +97,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
         def compute(s=s, text=text):
             ids, offs = tok.encode_with_offsets(text)
             doc = nlp(text)
-            cands, mis = D.candidates(doc, offs, text, s, config.context_len)
-            drawn = D.draw(cands, need(), config.per_story, config.seed)
+            cands, mis = pos_data.candidates(doc, offs, text, s, config.context_len)
+            drawn = pos_data.draw(cands, need(), config.per_story, config.seed)
             ids = np.asarray(ids, np.int32)
             ctx = np.stack([ids[c.token - config.context_len:c.token] for c in drawn]) if drawn \
                 else np.zeros((0, config.context_len), np.int32)
@@ -96,10 +106,10 @@ def run(config: Config, points: PointStore | None = None) -> Result:
             for b in range(0, len(drawn), config.batch):
                 blk = ctx[b:b + config.batch]
                 padded = np.concatenate([blk, np.repeat(blk[-1:], config.batch - len(blk), 0)])
-                gen.extend(G.greedy_generate(params, cfg, padded, config.gen_tokens)[:len(blk)])
+                gen.extend(gemma_model.greedy_generate(params, cfg, padded, config.gen_tokens)[:len(blk)])
             prefixes = [tok.decode(c) for c in ctx]
             conts = [tok.decode(g) for g in gen]
-            mw = D.model_words(nlp, prefixes, conts)
+            mw = pos_data.model_words(nlp, prefixes, conts)
             rows = [dict(story=c.story, token=c.token, char=c.char, word=c.word, pos=c.pos, morph=c.morph,
                          model_word=None if m is None else m[0], model_pos=None if m is None else m[1],
                          model_morph=None if m is None else m[2], continuation=cont, context_text=pre)

@@ -28,14 +28,16 @@ import numpy as np
 import optax
 import scipy.linalg
 
-from ntkbook.ntk import eig as _eig
-from ntkbook.ntk import entk as _entk
-from ntkbook.ntk import features as F
-from ntkbook.models import modular as M
+from ntkbook.ntk import eig
+from ntkbook.ntk import entk
+from ntkbook.ntk import features
+from ntkbook.models import modular
 from ntkbook.progress import Progress
+from ntkbook.stats import first_crossing, mean_spread
 from ntkbook.store import PointStore, Result
+from ntkbook import train
 from ntkbook.train import fit, training_record
-from ntkbook.train import require_trained as _require_trained
+from ntkbook.verdicts import by_threshold, ladder
 
 NAME = "modular_mlp"
 VERSION = "1"
@@ -43,19 +45,29 @@ VERSION = "1"
 #: (first cliff, second cliff) feature sets whose overlaps are recorded
 CLIFF1_FEATURES = ("a", "b", "a+b axes")
 CLIFF2_FEATURES = ("sum", "diff", "2a", "2b", "sum+diff", "a+b axes")
+#: the eigenvectors kept for pictures (first seed): snapshot label -> result key
+EIGVEC_KEYS = {"init": "eigvecs_init", "memorisation": "eigvecs_memorisation", "final": "eigvecs_final"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    p: int = 29
-    width: int = 512
+    """The one-hidden-layer MLP on addition mod ``p``, its class-mean eNTK every ``snapshot_every``
+    epochs, the cliffs of its spectrum and their Fourier content.
+
+    Presets: ``paper()`` p = 29, width 512, 500 epochs, three seeds, every kernel from the generic
+    engine; ``smoke()`` p = 23, width 128, 200 epochs, two seeds, closed-form kernels (the engine is
+    exercised by the cross-check).  :func:`variants` lists the beyond-the-paper runs.
+    """
+
+    p: int = 29  # the modulus (a prime): inputs are the p² pairs (a, b), labels (a + b) mod p
+    width: int = 512  # hidden units
     activation: str = "square"  # "square" (paper) or "relu"
-    train_fraction: float = 0.7
-    lr: float = 0.05
-    weight_decay: float = 0.01
-    epochs: int = 500
-    snapshot_every: int = 10
-    seeds: tuple[int, ...] = (0, 1, 2)
+    train_fraction: float = 0.7  # share of the p² pairs trained on
+    lr: float = 0.05  # AdamW learning rate (full batch)
+    weight_decay: float = 0.01  # AdamW weight decay
+    epochs: int = 500  # full-batch training steps
+    snapshot_every: int = 10  # epochs between eNTK snapshots (the last epoch is always one)
+    seeds: tuple[int, ...] = (0, 1, 2)  # one run per seed (initialisation and split)
     kernel: str = "engine"  # "engine" (ntkbook.ntk.entk) or "closed_form" (the model's formula)
     n_eigvecs: int = 120  # eigenvectors kept (first seed, three snapshots) for pictures
     crosscheck: bool = True  # engine vs closed form, Lanczos vs dense, on the final model of seed 0
@@ -130,12 +142,12 @@ def _batch_size(config: Config) -> int:
 # --------------------------------------------------------------------------------------------------
 def train_seed(config: Config, seed: int, snapshot_epochs: set[int]):
     """Train one seed (float64). Returns ``(history dict, {epoch: params as numpy})``."""
-    x, labels, _, _ = M.dataset(config.p)
-    tr, te = M.split(config.p, config.train_fraction, seed)
+    x, labels, _, _ = modular.dataset(config.p)
+    tr, te = modular.split(config.p, config.train_fraction, seed)
     y = np.eye(config.p)[labels]
     xtr, ytr, xte, yte = (jnp.asarray(v) for v in (x[tr], y[tr], x[te], y[te]))
     ltr, lte = jnp.asarray(labels[tr]), jnp.asarray(labels[te])
-    f = M.make_apply(config.activation)
+    f = modular.make_apply(config.activation)
     batched = jax.vmap(f, in_axes=(None, 0))
 
     def loss_fn(params, batch):
@@ -160,19 +172,13 @@ def train_seed(config: Config, seed: int, snapshot_epochs: set[int]):
         if epoch in snapshot_epochs:
             snaps[epoch] = {k: np.asarray(v) for k, v in params.items()}
 
-    params = M.init(jax.random.PRNGKey(seed), config.p, config.width, dtype=jnp.float64)
+    params = modular.init(jax.random.PRNGKey(seed), config.p, config.width, dtype=jnp.float64)
     opt = optax.adamw(config.lr, weight_decay=config.weight_decay)
     res = fit(loss_fn, params, opt, (xtr, ytr), epochs=config.epochs, seed=seed, metrics=metrics,
-              log_every=1, callback=callback, show_progress=False)
+              log_every=1, callback=callback)
     hist = {k: np.asarray(res.history[k], dtype=np.float64)
             for k in ("epoch", "train_acc", "test_acc", "train_loss", "test_loss")}
     return hist, snaps
-
-
-def first_crossing(epochs: np.ndarray, values: np.ndarray, level: float) -> float:
-    """First epoch at which ``values >= level`` (NaN if never)."""
-    hit = np.flatnonzero(np.asarray(values) >= level)
-    return float(epochs[hit[0]]) if hit.size else float("nan")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -181,26 +187,26 @@ def first_crossing(epochs: np.ndarray, values: np.ndarray, level: float) -> floa
 def feature_bases(p: int) -> dict[str, np.ndarray]:
     """Orthonormal (centred) bases of the feature spaces compared with the cliffs."""
     return {
-        "a": F.fourier_basis(p, "a"),
-        "b": F.fourier_basis(p, "b"),
-        "a+b axes": F.fourier_basis(p, ("a", "b")),
-        "sum": F.fourier_basis(p, "sum"),
-        "diff": F.fourier_basis(p, "diff"),
-        "2a": F.fourier_basis(p, "2a"),
-        "2b": F.fourier_basis(p, "2b"),
-        "sum+diff": F.fourier_basis(p, ("sum", "diff")),
+        "a": features.fourier_basis(p, "a"),
+        "b": features.fourier_basis(p, "b"),
+        "a+b axes": features.fourier_basis(p, ("a", "b")),
+        "sum": features.fourier_basis(p, "sum"),
+        "diff": features.fourier_basis(p, "diff"),
+        "2a": features.fourier_basis(p, "2a"),
+        "2b": features.fourier_basis(p, "2b"),
+        "sum+diff": features.fourier_basis(p, ("sum", "diff")),
     }
 
 
 def class_mean_kernel(config: Config, params) -> np.ndarray:
     """Class-mean eNTK ``(p², p²)`` of all inputs, float64."""
-    x, _, _, _ = M.dataset(config.p)
+    x, _, _, _ = modular.dataset(config.p)
     if config.kernel == "closed_form":
-        return M.class_mean_entk_closed_form(params, x, config.activation)
+        return modular.class_mean_entk_closed_form(params, x, config.activation)
     if config.kernel != "engine":
         raise ValueError(f"kernel must be 'engine' or 'closed_form', got {config.kernel!r}")
     p64 = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
-    k = _entk.entk(M.make_apply(config.activation), p64, jnp.asarray(x, dtype=jnp.float64),
+    k = entk.entk(modular.make_apply(config.activation), p64, jnp.asarray(x, dtype=jnp.float64),
                    reduction="class_mean", batch_size=_batch_size(config))
     return np.asarray(k, dtype=np.float64)
 
@@ -233,7 +239,7 @@ def analyse_kernel(K: np.ndarray, p: int, bases: dict[str, np.ndarray] | None = 
     if has_const:
         keep[ci] = False
     lam_r, vec_r = lam[keep], vec[:, keep]
-    cl = F.find_cliffs(np.clip(lam_r, np.finfo(float).tiny, None), n=n_cliffs, max_index=half)
+    cl = features.find_cliffs(np.clip(lam_r, np.finfo(float).tiny, None), n=n_cliffs, max_index=half)
     ranges = cl.ranges()
     d1 = bases["a+b axes"].shape[1]
     d2 = bases["sum+diff"].shape[1]
@@ -245,7 +251,7 @@ def analyse_kernel(K: np.ndarray, p: int, bases: dict[str, np.ndarray] | None = 
                      ("cliff2", CLIFF2_FEATURES), ("window2", CLIFF2_FEATURES)):
         for name in names:
             overlaps[f"{w}:{name}"] = (float("nan") if windows[w] is None else
-                                       F.overlap_fraction(windows[w], bases[name], orthonormalize=False))
+                                       features.overlap_fraction(windows[w], bases[name], orthonormalize=False))
     pad = n_cliffs - len(cl.edges)
     info = {
         "constant_index": ci if has_const else -1,
@@ -268,33 +274,33 @@ def crosscheck(config: Config, params, lam_used: np.ndarray, k: int) -> dict[str
        engine's dense kernel: relative eigenvalue errors, and subspace overlaps (fraction of the
        dimension) of the top-``e`` spaces at every cliff edge ``e``.
     """
-    x, _, _, _ = M.dataset(config.p)
+    x, _, _, _ = modular.dataset(config.p)
     x = jnp.asarray(x, dtype=jnp.float64)
     p64 = {kk: jnp.asarray(v, dtype=jnp.float64) for kk, v in params.items()}
-    f = M.make_apply(config.activation)
+    f = modular.make_apply(config.activation)
     N = config.p**2
     t0 = time.perf_counter()
-    K_engine = np.asarray(_entk.entk(f, p64, x, reduction="class_mean",
+    K_engine = np.asarray(entk.entk(f, p64, x, reduction="class_mean",
                                      batch_size=_batch_size(config)))
     t_kernel = time.perf_counter() - t0
-    K_closed = M.class_mean_entk_closed_form(params, np.asarray(x), config.activation)
+    K_closed = modular.class_mean_entk_closed_form(params, np.asarray(x), config.activation)
     t0 = time.perf_counter()
-    dense = _eig.dense_topk(jnp.asarray(K_engine), k)
+    dense = eig.dense_topk(jnp.asarray(K_engine), k)
     lam_d = np.asarray(dense.eigenvalues)
     vec_d = np.asarray(dense.eigenvectors)
     t_dense_eig = time.perf_counter() - t0
     t0 = time.perf_counter()
-    op = _entk.entk_matvec(f, p64, x, reduction="class_mean")
-    lz = _eig.lanczos_topk(op, N, k, seed=0)
+    op = entk.entk_matvec(f, p64, x, reduction="class_mean")
+    lz = eig.lanczos_topk(op, N, k, seed=0)
     lam_l = np.asarray(lz.eigenvalues)
     vec_l = np.asarray(lz.eigenvectors)
     t_lanczos = time.perf_counter() - t0
     rel = np.abs(lam_l - lam_d) / np.abs(lam_d)
     # the top-e subspace is well defined where the spectrum has a gap after e: compare the
     # spaces at the (up to 3) cliff edges of the dense top-k spectrum, constant mode included
-    edges = F.find_cliffs(np.clip(lam_d, np.finfo(float).tiny, None), n=3, min_size=1,
+    edges = features.find_cliffs(np.clip(lam_d, np.finfo(float).tiny, None), n=3, min_size=1,
                           frac_of_max=0.0).edges
-    sub = {str(e): F.subspace_overlap(vec_l[:, :e], vec_d[:, :e], orthonormalize=False) / e
+    sub = {str(e): features.subspace_overlap(vec_l[:, :e], vec_d[:, :e], orthonormalize=False) / e
            for e in edges}
     return {
         "k": int(k),
@@ -324,8 +330,11 @@ def _snapshot_epochs(config: Config) -> list[int]:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """Train every seed, analyse its class-mean eNTK at every snapshot (spectrum, constant mode,
+    cliffs, Fourier overlaps), keep eigenvectors and the cross-check for the first seed, and
+    summarise grokking, dynamics and the final alignment (see the module docstring)."""
     points = points or PointStore(None)
-    if config.activation not in M.ACTIVATIONS:
+    if config.activation not in modular.ACTIVATIONS:
         raise ValueError(f"unknown activation {config.activation!r}")
     snap_epochs = _snapshot_epochs(config)
     N = config.p**2
@@ -415,7 +424,7 @@ def _assemble(config, snap_epochs, hists, spectra, infos, eigvecs, lanczos, base
     arrays["constant_index"] = np.array([[inf["constant_index"] for inf in row] for row in infos])
     eigvec_epochs = {}
     for label, (epoch, v) in eigvecs.items():
-        arrays[f"eigvecs_{label}"] = v
+        arrays[EIGVEC_KEYS[label]] = v
         eigvec_epochs[label] = int(epoch)
 
     # grokking and memorisation per seed
@@ -445,9 +454,10 @@ def _assemble(config, snap_epochs, hists, spectra, infos, eigvecs, lanczos, base
 
     # final alignment table: mean ± std over seeds, with chance levels for the mean cliff sizes
     final = arrays["overlaps"][:, -1, :]
-    table = {n: {"mean": float(final[:, i].mean()),
-                 "std": float(final[:, i].std(ddof=1)) if S > 1 else 0.0,
-                 "per_seed": final[:, i].tolist()} for i, n in enumerate(ov_names)}
+    table = {}
+    for i, n in enumerate(ov_names):
+        mean, spread = mean_spread(final[:, i])
+        table[n] = {"mean": mean, "std": spread, "per_seed": final[:, i].tolist()}
     d1 = bases["a+b axes"].shape[1]
     d2 = bases["sum+diff"].shape[1]
     sizes_final = arrays["cliff_sizes"][:, -1, :]
@@ -457,7 +467,7 @@ def _assemble(config, snap_epochs, hists, spectra, infos, eigvecs, lanczos, base
         # chance level of an overlap fraction for a k-dim random subspace: k/N (± std/d)
         for name in (CLIFF1_FEATURES if w.endswith("1") else CLIFF2_FEATURES):
             d = bases[name].shape[1]
-            r = F.random_subspace_overlap(N, int(round(k)), d)
+            r = features.random_subspace_overlap(N, int(round(k)), d)
             chance[f"{w}:{name}"] = {"mean": r.mean / d, "std": r.std / d}
     kernel_seconds = [inf.get("kernel_seconds", float("nan")) for row in infos for inf in row]
     eig_seconds = [inf.get("eig_seconds", float("nan")) for row in infos for inf in row]
@@ -494,7 +504,7 @@ def training(result: Result) -> dict[str, Any]:
 
 def require_trained(result: Result) -> None:
     """Raise :class:`ntkbook.train.NotTrained` unless every seed's model trained."""
-    _require_trained(training(result), f"{NAME} (p={result.config['p']}, "
+    train.require_trained(training(result), f"{NAME} (p={result.config['p']}, "
                                        f"{result.config['activation']}, lr={result.config['lr']})")
 
 
@@ -508,13 +518,17 @@ PAPER_GROKKING = (75, 100)
 
 
 def _pm(values, spec: str = ".0f") -> str:
-    """``mean ± std`` over seeds (just the value for one seed)."""
+    """``mean ± sample std`` over seeds, NaN values left out (just the value for one seed)."""
     from ntkbook.numbers import fmt
 
     v = np.asarray(values, dtype=float)
-    if v.size > 1:
-        return f"{fmt(np.nanmean(v), spec)} ± {fmt(np.nanstd(v, ddof=1), spec)}"
-    return fmt(v[0], spec)
+    if v.size == 1:
+        return fmt(v[0], spec)
+    kept = v[~np.isnan(v)]
+    if kept.size == 0:
+        return fmt(math.nan, spec)
+    mean, spread = mean_spread(kept)
+    return f"{fmt(mean, spec)} ± {fmt(spread, spec)}"
 
 
 def scorecard(result: Result) -> list[dict]:
@@ -549,12 +563,8 @@ def scorecard(result: Result) -> list[dict]:
     t10 = np.array([g["test10"] for g in grok], dtype=float)
     t90 = np.array([g["test90"] for g in grok], dtype=float)
     lo, hi = PAPER_GROKKING
-    if np.all(final >= 0.95) and np.all(np.isfinite(t90)) and lo - 50 <= np.mean(t90) <= hi + 50:
-        v = "reproduces"
-    elif np.all(np.isfinite(t90)):
-        v = "partly"
-    else:
-        v = "does not"
+    reached = bool(np.all(np.isfinite(t90)))
+    v = ladder(bool(np.all(final >= 0.95)) and reached and lo - 50 <= np.mean(t90) <= hi + 50, reached)
     rows.append({"claim": "B.mlp.grokking",
                  "ours": f"10% → 90% test accuracy at epochs {_pm(t10)} → {_pm(t90)}; final "
                          f"{_pm(100 * final, '.1f')}% ({S} seed{'s' if S > 1 else ''}, p = {p})",
@@ -563,12 +573,8 @@ def scorecard(result: Result) -> list[dict]:
 
     sizes = np.asarray(result["cliff_sizes"])[:, -1, 0]
     w1 = ov[:, -1, names.index("window1:a+b axes")]
-    if np.all(sizes == d1) and np.nanmean(w1) >= 0.9:
-        v = "reproduces"
-    elif np.nanmean(w1) >= 0.9:
-        v = "partly"
-    else:
-        v = "does not"
+    aligned = bool(np.nanmean(w1) >= 0.9)
+    v = ladder(bool(np.all(sizes == d1)) and aligned, aligned)
     rows.append({"claim": "B.mlp.first_cliff",
                  "ours": f"sizes {', '.join(str(int(s)) for s in sizes)} (theory {d1}); overlap "
                          f"{_pm(w1 * d1, '.1f')}/{d1} with the a, b features",
@@ -579,7 +585,7 @@ def scorecard(result: Result) -> list[dict]:
         d = 2 * (p // 2)
         paper = PAPER_SECOND_CLIFF[kind]
         m_ = float(np.nanmean(w2))
-        v = "reproduces" if m_ >= paper - 0.05 else "partly" if m_ >= 0.5 else "does not"
+        v = by_threshold(m_, paper - 0.05, 0.5)
         rows.append({"claim": f"B.mlp.second_cliff_{kind}",
                      "ours": f"{_pm(w2 * d, '.1f')}/{d}",
                      "verdict": v,
@@ -595,7 +601,7 @@ def scorecard(result: Result) -> list[dict]:
         near = (np.isfinite(pk) and np.isfinite(t10[s]) and np.isfinite(t90[s])
                 and t10[s] - every <= pk <= t90[s] + every)
         ok.append(bool(near and ov[s, 0, i_sum] < 0.5 * ov[s, -1, i_sum]))
-    v = "reproduces" if all(ok) else "partly" if sum(ok) >= S / 2 else "does not"
+    v = ladder(all(ok), sum(ok) >= S / 2)
     rows.append({"claim": "B.mlp.dynamics",
                  "ours": f"overlap {_pm(ov[:, 0, i_sum], '.2f')} → {_pm(ov[:, -1, i_sum], '.2f')}; "
                          f"derivative peaks at epochs {', '.join(f'{x:.0f}' for x in peaks)}, grokking "
@@ -606,7 +612,7 @@ def scorecard(result: Result) -> list[dict]:
     cc = result.scalars.get("crosscheck") or {}
     if cc.get("num_matvecs"):
         k, mv, err = int(cc["k"]), int(cc["num_matvecs"]), float(cc["eigenvalue_max_rel_error"])
-        v = ("reproduces" if err <= 1e-8 and mv <= 3 * k else "partly" if err <= 1e-8 else "does not")
+        v = ladder(err <= 1e-8 and mv <= 3 * k, err <= 1e-8)
         rows.append({"claim": "B.lanczos",
                      "ours": f"top {k} of the trained MLP's class-mean eNTK from {mv} products "
                              f"({mv / k:.1f}k), max relative error {sci(err, 0)} against dense",

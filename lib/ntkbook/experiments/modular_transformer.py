@@ -36,15 +36,17 @@ import numpy as np
 import optax
 import scipy.linalg
 
-from ntkbook import data as _data
-from ntkbook.ntk import eig as _eig
-from ntkbook.ntk import entk as _entk
-from ntkbook.ntk import features as F
-from ntkbook.models import transformer as T
+from ntkbook import data
+from ntkbook.ntk import eig
+from ntkbook.ntk import entk
+from ntkbook.ntk import features
+from ntkbook.models import transformer
 from ntkbook.progress import Progress
+from ntkbook.stats import first_crossing
 from ntkbook.store import PointStore, Result
+from ntkbook import train
 from ntkbook.train import fit, training_record
-from ntkbook.train import require_trained as _require_trained
+from ntkbook.verdicts import PARTLY, REPRODUCES, ladder
 
 NAME = "modular_transformer"
 VERSION = "1"
@@ -75,28 +77,42 @@ CLAIMS: dict[str, str | None] = {
     "W_E": None, "W_pos": None, "W_Q": "axis_sum", "W_K": "axis_sum", "W_V": "axis_sum",
     "W_O": "axis_sum", "W_in": "axis_sum", "W_out": "sum", "W_U": "sum",
 }
-#: names of the content columns (F.CONTENT_KINDS plus the remainder)
-CONTENT_NAMES = F.CONTENT_KINDS + ("other",)
+#: the verdict of a group for which the paper makes no claim (not a scorecard verdict)
+NO_CLAIM = "no claim"
+#: names of the content columns (features.CONTENT_KINDS plus the remainder)
+CONTENT_NAMES = features.CONTENT_KINDS + ("other",)
 #: dynamics metrics: (kernel, window, features); window "2K+1" = the author's top-5 for K = 2
 DYN_METRICS = (("W_U", "2K+1", "sum"), ("W_U", "4K+1", "sum"), ("W_U", "4K+1", "axis_sum"),
                ("W_out", "2K+1", "sum"), ("W_out", "4K+1", "sum"), ("W_out", "4K+1", "axis_sum"))
+
+#: a run's training curves: history entry -> array name (stored under ``"<run>/<name>"``)
+HIST_ARRAYS = {"epoch": "hist_epoch", "train_loss": "hist_train_loss", "train_acc": "hist_train_acc",
+               "test_acc": "hist_test_acc", "test_loss": "hist_test_loss"}
 
 AUTHOR_SETTINGS = dict(p=29, train_fraction=0.5, lr=3e-4, weight_decay=1.0, batch_size=64)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    p: int = 29
-    d_model: int = 64
-    n_heads: int = 4
-    d_head: int = 16
-    d_mlp: int = 256
-    train_fraction: float = 0.5
-    lr: float = 3e-4
-    weight_decay: float = 1.0
-    batch_size: int = 64
-    epochs: int = 4000
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    """The one-layer transformer on addition mod ``p``: the author's run replayed and our own seeds,
+    their key frequencies, layer-wise mean-logit eNTKs and the dynamics of their Fourier content.
+
+    Presets: ``paper()`` the author's settings (p = 29, 50 % split, lr 3e-4, weight decay 1, 4000
+    epochs) with the full replay and five seeds; ``smoke()`` the fast-grokking setting (70 % split,
+    lr 1e-3, 800 epochs, two seeds), the replay checked for its first 41 epochs, no trace kernels.
+    """
+
+    p: int = 29  # the modulus: inputs (a, b, =), labels (a + b) mod p
+    d_model: int = 64  # residual-stream width
+    n_heads: int = 4  # attention heads
+    d_head: int = 16  # width of each head
+    d_mlp: int = 256  # hidden units of the MLP
+    train_fraction: float = 0.5  # share of the p² pairs trained on
+    lr: float = 3e-4  # AdamW learning rate
+    weight_decay: float = 1.0  # AdamW weight decay
+    batch_size: int = 64  # mini-batch size (the last, smaller batch of an epoch is kept)
+    epochs: int = 4000  # epochs of the seed runs
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)  # one run per seed (initialisation, split, shuffling)
     dtype: str = "float32"  # precision of the seed runs (the replay is always float64)
     replay_epochs: int = 4000  # epochs of the author's run replayed (0: no replay)
     snapshot_every: int = 20
@@ -104,7 +120,7 @@ class Config:
     grok_level: float = 0.99  # a run "groks" when its test accuracy reaches this
     n_eigvecs: int = 16  # eigenvectors per group analysed for content (and kept, main run)
     trace_kernels: bool = True  # class-diagonal trace kernels of the main run
-    lanczos_k: int = 10
+    lanczos_k: int = 10  # eigenpairs of the Lanczos-versus-dense comparison (0: skip it)
 
     @classmethod
     def smoke(cls) -> "Config":
@@ -119,8 +135,8 @@ class Config:
         return cls()
 
     @property
-    def shape(self) -> T.Shape:
-        return T.Shape(self.p, self.d_model, self.n_heads, self.d_head, self.d_mlp)
+    def shape(self) -> transformer.Shape:
+        return transformer.Shape(self.p, self.d_model, self.n_heads, self.d_head, self.d_mlp)
 
 
 def main_run(config: Config) -> str:
@@ -166,18 +182,18 @@ def train_run(params, train_x, train_y, test_x, test_y, *, p: int, lr: float, we
     epoch's steps; at 0 the initial loss), ``train_acc``, ``test_acc``, ``test_loss`` after every
     epoch; ``snapshots`` maps each of ``snapshot_epochs`` to the parameters (numpy).
     """
-    batched = jax.vmap(T.apply, in_axes=(None, 0))
+    batched = jax.vmap(transformer.apply, in_axes=(None, 0))
     xtr, ytr, xte, yte = (jnp.asarray(v) for v in (train_x, train_y, test_x, test_y))
 
     def loss_fn(prm, batch):
         xb, yb = batch
-        return T.cross_entropy(batched(prm, xb), yb, p)
+        return transformer.cross_entropy(batched(prm, xb), yb, p)
 
     @jax.jit
     def metrics_jit(prm):
         otr, ote = batched(prm, xtr), batched(prm, xte)
-        return jnp.stack([T.accuracy(otr, ytr, p), T.accuracy(ote, yte, p),
-                          T.cross_entropy(ote, yte, p)])
+        return jnp.stack([transformer.accuracy(otr, ytr, p), transformer.accuracy(ote, yte, p),
+                          transformer.cross_entropy(ote, yte, p)])
 
     def metrics(prm):
         v = np.asarray(metrics_jit(prm))
@@ -192,20 +208,13 @@ def train_run(params, train_x, train_y, test_x, test_y, *, p: int, lr: float, we
 
     opt = optax.adamw(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=weight_decay)
     res = fit(loss_fn, params, opt, (xtr, ytr), epochs=epochs, batch_size=batch_size, seed=seed,
-              metrics=metrics, log_every=1, callback=callback, desc=desc, show_progress=False,
-              drop_last=False, batch_order=batch_order)
+              metrics=metrics, log_every=1, callback=callback, desc=desc, batch_order=batch_order)
     h = res.history
     hist = {"epoch": np.asarray(h["epoch"], dtype=np.int64),
             "train_loss": np.asarray(h["loss"], dtype=np.float64)}
     for k in ("train_acc", "test_acc", "test_loss"):
         hist[k] = np.asarray(h[k], dtype=np.float64)
     return hist, snaps
-
-
-def first_crossing(epochs, values, level: float) -> float:
-    """First epoch at which ``values >= level`` (NaN if never)."""
-    hit = np.flatnonzero(np.asarray(values) >= level)
-    return float(np.asarray(epochs)[hit[0]]) if hit.size else float("nan")
 
 
 def grokking_summary(hist: dict, grok_level: float) -> dict[str, float]:
@@ -226,12 +235,12 @@ def grokking_summary(hist: dict, grok_level: float) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------------
 # kernels and their Fourier content
 # --------------------------------------------------------------------------------------------------
-_hidden_batch = jax.jit(jax.vmap(T.hidden, in_axes=(None, 0)))
+_hidden_batch = jax.jit(jax.vmap(transformer.hidden, in_axes=(None, 0)))
 
 
 def readout_features(params, p: int) -> tuple[np.ndarray, np.ndarray]:
     """``(H (p², d), A (p², d_mlp))``: final residual stream and MLP activations at position 2."""
-    x, _ = T.dataset(p)
+    x, _ = transformer.dataset(p)
     h = _hidden_batch(params, jnp.asarray(x))
     return np.asarray(h["resid2"], dtype=np.float64), np.asarray(h["mlp"], dtype=np.float64)
 
@@ -265,13 +274,13 @@ def dynamics_overlaps(top: dict[str, np.ndarray], bases: dict[str, np.ndarray], 
     vals = []
     for kernel, window, feat in DYN_METRICS:
         Q = top[kernel][:, :_window(window, K)]
-        vals.append(F.subspace_overlap(Q, bases[feat], orthonormalize=False) / bases[feat].shape[1])
+        vals.append(features.subspace_overlap(Q, bases[feat], orthonormalize=False) / bases[feat].shape[1])
     return np.asarray(vals)
 
 
 def group_layers() -> dict[str, str]:
     """One eNTK parameter group per parameter tensor (the author's nine groups)."""
-    return {n: rf"\['{n}'\]" for n in T.PARAM_NAMES}
+    return {n: rf"\['{n}'\]" for n in transformer.PARAM_NAMES}
 
 
 def group_kernels(params, p: int, reduction: str, batch_size: int | None = None) -> dict[str, np.ndarray]:
@@ -281,13 +290,13 @@ def group_kernels(params, p: int, reduction: str, batch_size: int | None = None)
     output pairs, :func:`ntkbook.ntk.entk.entk_mean_logit`) or ``"trace"`` (the class-diagonal trace
     ``(1/C) Σ_c K_cc``, the engine's ``"class_mean"``), with ``C = p + 1`` logits.
     """
-    x, _ = T.dataset(p)
+    x, _ = transformer.dataset(p)
     x = jnp.asarray(x)
     p64 = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
     if reduction == "mean_logit":
-        ks = _entk.entk_mean_logit(T.apply, p64, x, layers=group_layers(), batch_size=batch_size)
+        ks = entk.entk_mean_logit(transformer.apply, p64, x, layers=group_layers(), batch_size=batch_size)
     elif reduction == "trace":
-        ks = _entk.entk_layerwise(T.apply, p64, x, layers=group_layers(), reduction="class_mean",
+        ks = entk.entk_layerwise(transformer.apply, p64, x, layers=group_layers(), reduction="class_mean",
                                   batch_size=batch_size or 64)
     else:
         raise ValueError(f"reduction must be 'mean_logit' or 'trace', got {reduction!r}")
@@ -302,8 +311,8 @@ def leading_family(content: np.ndarray, n: int) -> str:
     rows = [c for c in content if int(np.argmax(c)) != 0][:n]
     if not rows:
         return "const"
-    w = np.sum(rows, axis=0)[1:len(F.CONTENT_KINDS)]  # axis_sum, axis_diff, sum, diff
-    return F.CONTENT_KINDS[1 + int(np.argmax(w))]
+    w = np.sum(rows, axis=0)[1:len(features.CONTENT_KINDS)]  # axis_sum, axis_diff, sum, diff
+    return features.CONTENT_KINDS[1 + int(np.argmax(w))]
 
 
 def analyse_group(K: np.ndarray, p: int, bases: dict[str, np.ndarray], n_keep: int) -> dict[str, Any]:
@@ -322,14 +331,14 @@ def analyse_group(K: np.ndarray, p: int, bases: dict[str, np.ndarray], n_keep: i
     Kf = d // 2
     w = 4 * Kf + 1
     top = vec[:, :max(n_keep, w)]
-    content = F.fourier_content(top, bases)
-    add = F.additive_basis(p)
+    content = features.fourier_content(top, bases)
+    add = features.additive_basis(p)
     additive_share = np.sum((add.T @ top) ** 2, axis=0)
-    overlaps = {f: F.subspace_overlap(top[:, :w], bases[f], orthonormalize=False) / bases[f].shape[1]
-                for f in F.CONTENT_KINDS if f != "const"}
+    overlaps = {f: features.subspace_overlap(top[:, :w], bases[f], orthonormalize=False) / bases[f].shape[1]
+                for f in features.CONTENT_KINDS if f != "const"}
     N = p * p
     # cliffs of the top 40 (the constant mode may sit inside a block, so blocks of one count)
-    cl = F.find_cliffs(np.clip(lam[:40], np.finfo(float).tiny, None), n=2, min_size=1)
+    cl = features.find_cliffs(np.clip(lam[:40], np.finfo(float).tiny, None), n=2, min_size=1)
     return {
         "cliff_edges": list(cl.edges),
         "cliff_ratios": list(cl.ratios),
@@ -340,7 +349,7 @@ def analyse_group(K: np.ndarray, p: int, bases: dict[str, np.ndarray], n_keep: i
         "window": w,
         "overlaps": overlaps,
         "chance_uniform": w * d / N / d,
-        "chance_additive": F.additive_chance(p, w, d).mean / d,
+        "chance_additive": features.additive_chance(p, w, d).mean / d,
         "leading": leading_family(content, d),
         "window_additive_share": float(np.mean(additive_share[:w])),
     }
@@ -351,22 +360,18 @@ def claim_verdict(claim: str | None, info: dict[str, Any], level: float = 0.9) -
     ≥ ``level`` with the window and comes first; ``"partly"`` when only one of the two holds and the
     overlap is at least 0.5 (the family is in the window but another comes first, or it comes
     first but the window holds less than ``level`` of it); ``"does not"`` otherwise;
-    ``"no claim"`` for the groups the paper leaves out."""
+    :data:`NO_CLAIM` for the groups the paper leaves out."""
     if claim is None:
-        return "no claim"
+        return NO_CLAIM
     ov = info["overlaps"][claim]
     first = info["leading"] == claim
-    if ov >= level and first:
-        return "reproduces"
-    if ov >= 0.5 and (first or ov >= level):
-        return "partly"
-    return "does not"
+    return ladder(ov >= level and first, ov >= 0.5 and (first or ov >= level))
 
 
 def lanczos_vs_dense(params, p: int, kernels: dict[str, np.ndarray], k: int) -> dict[str, Any]:
     """Per group: top-``k`` eigenvalues of the matrix-free mean-logit operator by Lanczos with the
     default ``2k + 10`` products and with ``6k`` products, against the dense ``eigh``."""
-    x, _ = T.dataset(p)
+    x, _ = transformer.dataset(p)
     x = jnp.asarray(x)
     p64 = {kk: jnp.asarray(v, dtype=jnp.float64) for kk, v in params.items()}
     out = {}
@@ -374,13 +379,13 @@ def lanczos_vs_dense(params, p: int, kernels: dict[str, np.ndarray], k: int) -> 
         lam_all, vec_d = scipy.linalg.eigh(kernels[name])
         lam_all, vec_d = lam_all[::-1], vec_d[:, ::-1][:, :k]
         lam_d = lam_all[:k]
-        op = _entk.entk_matvec_mean_logit(T.apply, p64, x, param_filter=flt)
+        op = entk.entk_matvec_mean_logit(transformer.apply, p64, x, param_filter=flt)
         # the gap after the k-th eigenvalue sets how fast Lanczos converges
         row = {"dense": lam_d.tolist(), "gap_ratio": float(lam_all[k - 1] / lam_all[k]),
                "spread_top": float(lam_all[k - 1] / lam_all[0])}
         for label, steps in (("default", None), ("long", 6 * k)):
             t0 = time.perf_counter()
-            lz = _eig.lanczos_topk(op, p * p, k, num_steps=steps, seed=0)
+            lz = eig.lanczos_topk(op, p * p, k, num_steps=steps, seed=0)
             lam_l = np.asarray(lz.eigenvalues)
             vec_l = np.asarray(lz.eigenvectors)
             rel = np.abs(lam_l - lam_d) / np.abs(lam_d[0])
@@ -388,7 +393,7 @@ def lanczos_vs_dense(params, p: int, kernels: dict[str, np.ndarray], k: int) -> 
                 "num_matvecs": int(lz.num_matvecs),
                 "eigenvalues": lam_l.tolist(),
                 "max_rel_error": float(rel.max()),
-                "subspace_overlap": F.subspace_overlap(vec_l, vec_d, orthonormalize=False) / k,
+                "subspace_overlap": features.subspace_overlap(vec_l, vec_d, orthonormalize=False) / k,
                 "seconds": time.perf_counter() - t0,
             }
         out[name] = row
@@ -400,14 +405,14 @@ def lanczos_vs_dense(params, p: int, kernels: dict[str, np.ndarray], k: int) -> 
 # --------------------------------------------------------------------------------------------------
 def _setup(config: Config, run: str):
     """(initial params, train/test tokens and labels, batch order, epochs, seed, dtype) of a run."""
-    X, Y = T.dataset(config.p)
+    X, Y = transformer.dataset(config.p)
     if run == "replay":
-        rp = _data.load_transformer_replay()
-        if config.p != 29 or config.shape != T.Shape():
+        rp = data.load_transformer_replay()
+        if config.p != 29 or config.shape != transformer.Shape():
             raise ValueError("the replay needs the author's model (p = 29, d_model 64, 4 heads of 16, "
                              f"d_mlp 256); got {config.shape}")
         params = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in rp.params.items()}
-        tr, te = T.rows_of(rp.train_x, 29), T.rows_of(rp.test_x, 29)
+        tr, te = transformer.rows_of(rp.train_x, 29), transformer.rows_of(rp.test_x, 29)
         epochs = config.replay_epochs
         if epochs > rp.perms.shape[0]:
             raise ValueError(f"replay_epochs={epochs} exceeds the {rp.perms.shape[0]} recorded epochs")
@@ -416,8 +421,8 @@ def _setup(config: Config, run: str):
                 dict(lr=s["lr"], weight_decay=s["weight_decay"], batch_size=s["batch_size"]))
     seed = int(run.split("=")[1])
     dtype = {"float32": jnp.float32, "float64": jnp.float64}[config.dtype]
-    params = T.init(jax.random.PRNGKey(seed), config.shape, dtype=dtype)
-    tr, te = T.split(config.p, config.train_fraction, seed)
+    params = transformer.init(jax.random.PRNGKey(seed), config.shape, dtype=dtype)
+    tr, te = transformer.split(config.p, config.train_fraction, seed)
     return (params, X[tr], Y[tr], X[te], Y[te], None, config.epochs, seed,
             dict(lr=config.lr, weight_decay=config.weight_decay, batch_size=config.batch_size))
 
@@ -437,16 +442,16 @@ def _run_one(config: Config, run: str, *, analyse: bool) -> tuple[dict, dict]:
                             batch_order=order, snapshot_epochs=snap_epochs, desc=run, **hp)
     t_train = time.perf_counter() - t0
     final = snaps[epochs]
-    kf = F.key_frequencies(final["W_E"], p, config.key_threshold)
-    bases = F.key_frequency_bases(p, kf.frequencies)
+    kf = features.key_frequencies(final["W_E"], p, config.key_threshold)
+    bases = features.key_frequency_bases(p, kf.frequencies)
     K = len(kf.frequencies)
-    arrays: dict[str, np.ndarray] = {f"hist_{k}": v for k, v in hist.items()}
+    arrays: dict[str, np.ndarray] = {HIST_ARRAYS[k]: v for k, v in hist.items()}
     dyn, powers = [], []
     t0 = time.perf_counter()
     for e in snap_epochs:
         prm = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in snaps[e].items()}
         dyn.append(dynamics_overlaps(cheap_top_vectors(prm, p, 4 * K + 1), bases, K))
-        powers.append(F.embedding_fourier_power(snaps[e]["W_E"], p)[0])
+        powers.append(features.embedding_fourier_power(snaps[e]["W_E"], p)[0])
     arrays["snapshot_epochs"] = np.asarray(snap_epochs, dtype=np.int64)
     arrays["dynamics"] = np.stack(dyn)
     arrays["power"] = np.stack(powers)
@@ -476,18 +481,18 @@ def _run_one(config: Config, run: str, *, analyse: bool) -> tuple[dict, dict]:
         # the author's two W_U windows: eigenvectors 0-4 vs sum, 5-8 vs axis sum (fractions of 2K)
         V = arrays["ml_eigenvectors/W_U"].astype(np.float64)
         scalars["W_U_author_windows"] = {
-            "sum_top": F.subspace_overlap(V[:, :2 * K + 1], bases["sum"]) ,
-            "axis_sum_next": F.subspace_overlap(V[:, 2 * K + 1:4 * K + 1], bases["axis_sum"]),
+            "sum_top": features.subspace_overlap(V[:, :2 * K + 1], bases["sum"]) ,
+            "axis_sum_next": features.subspace_overlap(V[:, 2 * K + 1:4 * K + 1], bases["axis_sum"]),
             "dim": 2 * K,
         }
         arrays["final_params_flat"] = np.concatenate([np.asarray(final[n], np.float64).ravel()
-                                                      for n in T.PARAM_NAMES])
+                                                      for n in transformer.PARAM_NAMES])
     return arrays, scalars
 
 
-def _unflatten(flat: np.ndarray, shape: T.Shape) -> dict[str, np.ndarray]:
+def _unflatten(flat: np.ndarray, shape: transformer.Shape) -> dict[str, np.ndarray]:
     out, i = {}, 0
-    for n, s in T.param_shapes(shape).items():
+    for n, s in transformer.param_shapes(shape).items():
         m = int(np.prod(s))
         out[n] = flat[i:i + m].reshape(s)
         i += m
@@ -497,7 +502,7 @@ def _unflatten(flat: np.ndarray, shape: T.Shape) -> dict[str, np.ndarray]:
 def analyse_main(config: Config, params: dict, key_freqs) -> tuple[dict, dict]:
     """Trace kernels (content and spectra) and Lanczos against dense for the main run."""
     p = config.p
-    bases = F.key_frequency_bases(p, key_freqs)
+    bases = features.key_frequency_bases(p, key_freqs)
     arrays, scalars = {}, {}
     with jax.enable_x64(True):
         ml = group_kernels(params, p, "mean_logit")
@@ -517,7 +522,7 @@ def analyse_main(config: Config, params: dict, key_freqs) -> tuple[dict, dict]:
                 lm, vm = scipy.linalg.eigh(ml[name])
                 lt, vt = scipy.linalg.eigh(Kg)
                 w = info["window"]
-                info["window_overlap_with_mean_logit"] = F.subspace_overlap(
+                info["window_overlap_with_mean_logit"] = features.subspace_overlap(
                     vm[:, ::-1][:, :w], vt[:, ::-1][:, :w], orthonormalize=False) / w
                 info["kernel_correlation"] = float(np.corrcoef(ml[name].ravel(), Kg.ravel())[0, 1])
                 info["scale_ratio"] = float(np.trace(Kg) / np.trace(ml[name]))
@@ -538,6 +543,9 @@ def run_names(config: Config) -> list[str]:
 
 
 def run(config: Config, points: PointStore | None = None) -> Result:
+    """Train and analyse the replay and every seed (one checkpointed point each), then the main
+    run's trace kernels and Lanczos comparison, and assemble the result (see the module
+    docstring)."""
     points = points or PointStore(None)
     if not config.seeds:
         raise ValueError("need at least one seed")
@@ -564,7 +572,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
 
 def _assemble(config, names, main, runs, extra) -> Result:
     arrays: dict[str, np.ndarray] = {}
-    scalars: dict[str, Any] = {"runs": names, "main": main, "group_names": list(T.PARAM_NAMES),
+    scalars: dict[str, Any] = {"runs": names, "main": main, "group_names": list(transformer.PARAM_NAMES),
                                "claims": CLAIMS, "content_names": list(CONTENT_NAMES),
                                "dyn_metrics": [list(m) for m in DYN_METRICS], "author": AUTHOR,
                                "author_log": {str(k): list(v) for k, v in AUTHOR_LOG.items()}}
@@ -614,7 +622,7 @@ def require_trained(result: Result) -> None:
     accuracy; the chapter calls it before drawing conclusions from the main run's kernels."""
     rec = result["training"]
     main = result["main"]
-    _require_trained({**rec, "models": [m for m in rec["models"] if m["label"] == main]},
+    train.require_trained({**rec, "models": [m for m in rec["models"] if m["label"] == main]},
                      f"{NAME} ({main})")
 
 
@@ -630,7 +638,7 @@ def scorecard(result: Result) -> list[dict]:
     grok_ok = g["grokked"] and g["final_train_acc"] >= 0.99
     rows.append({"claim": "B.tf.grokking",
                  "ours": f"test acc. 10% → 99% over epochs {_f(g['test10'])}–{_f(g['test_grok'])} ({main})",
-                 "verdict": "reproduces" if grok_ok else "does not",
+                 "verdict": ladder(grok_ok),
                  "note": "paper: grokking between about epochs 150 and 1900"})
     kf = tuple(pr[main]["key_frequencies"])
     seeds = [n for n in result["runs"] if n != "replay"]
@@ -639,11 +647,8 @@ def scorecard(result: Result) -> list[dict]:
     grokked = [n for n in dict.fromkeys([main] + seeds) if pr[n]["grokking"]["grokked"]]
     distinct = len({tuple(sorted(pr[n]["key_frequencies"])) for n in grokked})
     sparse = bool(grokked) and all(len(pr[n]["key_frequencies"]) <= 4 for n in grokked)
-    if main == "replay":
-        verdict = ("reproduces" if set(kf) == set(AUTHOR["key_frequencies"]) and sparse and distinct > 1
-                   else ("partly" if sparse else "does not"))
-    else:
-        verdict = "reproduces" if sparse and distinct > 1 else ("partly" if sparse else "does not")
+    authors = main != "replay" or set(kf) == set(AUTHOR["key_frequencies"])
+    verdict = ladder(authors and sparse and distinct > 1, sparse)
     rows.append({"claim": "B.tf.key_freqs", "ours": "; ".join(
         f"{n} {tuple(pr[n]['key_frequencies'])}" for n in grokked),
         "verdict": verdict,
@@ -654,12 +659,12 @@ def scorecard(result: Result) -> list[dict]:
         for claim_id, members, fam in (("B.tf.attn_axis_sum", ["W_Q", "W_K", "W_V", "W_O", "W_in"], "axis_sum"),
                                        ("B.tf.out_sum", ["W_out", "W_U"], "sum")):
             v = [groups[n]["verdict"] for n in members]
-            n_ok = sum(x == "reproduces" for x in v)
-            n_part = sum(x == "partly" for x in v)
+            n_ok = sum(x == REPRODUCES for x in v)
+            n_part = sum(x == PARTLY for x in v)
             rows.append({
                 "claim": claim_id,
                 "ours": ", ".join(f"{n} {groups[n]['overlaps'][fam]:.2f}" for n in members),
-                "verdict": "reproduces" if n_ok == len(members) else ("partly" if n_ok + n_part else "does not"),
+                "verdict": ladder(n_ok == len(members), n_ok + n_part > 0),
                 "note": (f"overlap of the top 4K+1 eigenvectors with the {fam.replace('_', '-')} features; "
                          f"{n_ok} of {len(members)} tensors reproduce, {n_part} partly")})
         w = pr[main]["W_U_author_windows"]
@@ -667,7 +672,7 @@ def scorecard(result: Result) -> list[dict]:
         ok = s1 >= 0.95 * w["dim"] and s2 >= 0.95 * w["dim"]
         rows.append({"claim": "B.tf.replay",
                      "ours": f"{s1:.4f}/{w['dim']} and {s2:.4f}/{w['dim']}",
-                     "verdict": "reproduces" if ok else ("partly" if max(s1, s2) >= 0.9 * w["dim"] else "does not"),
+                     "verdict": ladder(ok, max(s1, s2) >= 0.9 * w["dim"]),
                      "note": "author: 3.9647/4 and 3.9399/4 (float32 GPU run; ours the float64 replay)"
                      if main == "replay" else "smoke-scale stand-in: first seed, not the replay"})
     dyn = result[f"{main}/dynamics"]
@@ -680,7 +685,7 @@ def scorecard(result: Result) -> list[dict]:
     inside = np.isfinite(lo) and np.isfinite(hi) and lo - 100 <= peak <= hi
     rows.append({"claim": "B.tf.dynamics",
                  "ours": f"W_U overlap {ov[0]:.2f} → {ov[-1]:.2f}; derivative peak at epoch {peak:.0f}",
-                 "verdict": "reproduces" if rise > 0.5 and inside else ("partly" if rise > 0.5 else "does not"),
+                 "verdict": ladder(rise > 0.5 and inside, rise > 0.5),
                  "note": (f"reproduces: rise > 0.5 and peak inside the grokking window {_f(lo)}–{_f(hi)} "
                           f"(or up to 100 epochs before it); paper: peaks near 150 and 600")})
     return rows

@@ -52,6 +52,8 @@ __all__ = [
     "last_hidden",
     "greedy_generate",
     "num_params",
+    "check_layer",
+    "check_ids",
 ]
 
 #: the per-layer parameter names, in file order
@@ -254,7 +256,9 @@ def _is_global(cfg: GemmaConfig) -> np.ndarray:
     return np.array([(i + 1) % cfg.global_every == 0 for i in range(cfg.n_layers)])
 
 
-def _check_layer(cfg: GemmaConfig, L: int, *, allow_end: bool = True) -> int:
+def check_layer(cfg: GemmaConfig, L: int, *, allow_end: bool = True) -> int:
+    """``L`` as an int, checked to be a layer index of ``cfg`` (``L = n_layers``, the output of the
+    last layer, allowed with ``allow_end``); ``ValueError`` otherwise."""
     top = cfg.n_layers if allow_end else cfg.n_layers - 1
     if not isinstance(L, (int, np.integer)) or not (0 <= int(L) <= top):
         raise ValueError(f"layer index must be an integer in [0, {top}] for this {cfg.n_layers}-layer "
@@ -262,7 +266,8 @@ def _check_layer(cfg: GemmaConfig, L: int, *, allow_end: bool = True) -> int:
     return int(L)
 
 
-def _check_ids(cfg: GemmaConfig, ids) -> jax.Array:
+def check_ids(cfg: GemmaConfig, ids) -> jax.Array:
+    """``ids`` as a JAX array, checked to be one non-empty sequence of token ids in the window."""
     ids = jnp.asarray(ids)
     if ids.ndim != 1:
         raise ValueError(f"token ids must be one sequence of shape (T,), got shape {ids.shape}; "
@@ -293,8 +298,8 @@ def _run_range(layers, h, cfg: GemmaConfig, start: int, stop: int):
 
 def residual(params, cfg: GemmaConfig, ids, L: int) -> jax.Array:
     """The residual stream entering layer ``L`` (0 <= L <= n_layers), shape (T, d)."""
-    L = _check_layer(cfg, L)
-    ids = _check_ids(cfg, ids)
+    L = check_layer(cfg, L)
+    ids = check_ids(cfg, ids)
     h = params["embed"][ids] * jnp.asarray(cfg.embed_scale, params["embed"].dtype)
     return _run_range(params["layers"], h, cfg, 0, L)
 
@@ -303,7 +308,7 @@ def forward_from(params, cfg: GemmaConfig, h, L: int, *, layer_L: Mapping[str, j
     """Run layers ``L..n_layers-1`` from the residual ``h`` (T, d) entering layer ``L``; returns the
     final-normed hidden states (T, d).  ``layer_L`` replaces layer ``L``'s parameters (a dict with
     some or all of :data:`LAYER_KEYS`): the function an operator at layer ``L`` differentiates."""
-    L = _check_layer(cfg, L)
+    L = check_layer(cfg, L)
     if h.ndim != 2 or h.shape[-1] != cfg.d_model:
         raise ValueError(f"residual must have shape (T, {cfg.d_model}), got {h.shape}")
     if h.shape[0] > cfg.max_context:
@@ -390,7 +395,7 @@ def greedy_generate(params, cfg: GemmaConfig, ids, n_new: int) -> np.ndarray:
         raise ValueError(f"ids must be (T,) or (B, T), got shape {ids.shape}")
     B, T0 = ids.shape
     total = T0 + n_new
-    _check_ids(cfg, np.zeros(total, np.int32))
+    check_ids(cfg, np.zeros(total, np.int32))
     first, step = _greedy_fns(cfg, total)
     tok, K, V = first(params, jnp.asarray(ids))
     out = [np.asarray(tok)]

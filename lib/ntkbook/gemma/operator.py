@@ -27,7 +27,6 @@ author's notebook uses the transposed ``(d, N)`` layout, which changes no eigenv
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Callable, Sequence
@@ -38,10 +37,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ntkbook.gemma import model as G
+from ntkbook.gemma import model as gemma_model
+from ntkbook.ntk.operator import KernelOperator
 
 __all__ = [
     "PARAM_SETS",
+    "param_keys",
+    "forward_from_params",
     "gram_sqrt",
     "compute_residuals",
     "LayerOperator",
@@ -52,19 +54,21 @@ __all__ = [
 ]
 
 #: named parameter choices at a layer: the author's (down-projection only) and the whole layer
-PARAM_SETS: dict[str, tuple[str, ...]] = {"down_proj": ("down",), "layer": G.LAYER_KEYS}
+PARAM_SETS: dict[str, tuple[str, ...]] = {"down_proj": ("down",), "layer": gemma_model.LAYER_KEYS}
 
 
-def _param_keys(param_set: str | Sequence[str]) -> tuple[str, ...]:
+def param_keys(param_set: str | Sequence[str]) -> tuple[str, ...]:
+    """The layer keys of a parameter set: a name of :data:`PARAM_SETS` or a tuple of keys of
+    :data:`ntkbook.gemma.model.LAYER_KEYS` (checked; ``ValueError`` otherwise)."""
     if isinstance(param_set, str):
         if param_set not in PARAM_SETS:
             raise ValueError(f"unknown parameter set {param_set!r}; use one of {sorted(PARAM_SETS)} "
-                             f"or a tuple of layer keys from {G.LAYER_KEYS}")
+                             f"or a tuple of layer keys from {gemma_model.LAYER_KEYS}")
         return PARAM_SETS[param_set]
     keys = tuple(param_set)
-    bad = [k for k in keys if k not in G.LAYER_KEYS]
+    bad = [k for k in keys if k not in gemma_model.LAYER_KEYS]
     if bad or not keys:
-        raise ValueError(f"unknown layer parameters {bad}; choose from {G.LAYER_KEYS}")
+        raise ValueError(f"unknown layer parameters {bad}; choose from {gemma_model.LAYER_KEYS}")
     return keys
 
 
@@ -83,12 +87,13 @@ def gram_sqrt(unembed, *, block: int = 16384) -> np.ndarray:
     return (V * np.sqrt(np.clip(w, 0.0, None))) @ V.T
 
 
-def _rest(params):
-    """What ``forward_from`` needs (not the embedding, which would only be copied around)."""
+def forward_from_params(params):
+    """The parameters :func:`ntkbook.gemma.model.forward_from` needs (not the embedding, which
+    would only be copied around)."""
     return {"layers": params["layers"], "final_norm": params["final_norm"]}
 
 
-def compute_residuals(params, cfg: G.GemmaConfig, contexts, L: int, *, batch: int = 16,
+def compute_residuals(params, cfg: gemma_model.GemmaConfig, contexts, L: int, *, batch: int = 16,
                       progress: Callable[[int], None] | None = None) -> np.ndarray:
     """Residual streams entering layer ``L`` for each context: ``(N, T, d)`` float32 numpy.
 
@@ -97,8 +102,8 @@ def compute_residuals(params, cfg: G.GemmaConfig, contexts, L: int, *, batch: in
     contexts = np.asarray(contexts)
     if contexts.ndim != 2:
         raise ValueError(f"contexts must be (N, T) token ids, got shape {contexts.shape}")
-    G._check_layer(cfg, L)
-    G._check_ids(cfg, contexts[0])
+    gemma_model.check_layer(cfg, L)
+    gemma_model.check_ids(cfg, contexts[0])
     fn = _residual_fn(cfg, L)
     sub = {"embed": params["embed"], "layers": params["layers"]}
     out = []
@@ -111,39 +116,42 @@ def compute_residuals(params, cfg: G.GemmaConfig, contexts, L: int, *, batch: in
 
 @functools.lru_cache(maxsize=32)
 def _residual_fn(cfg, L):
-    return jax.jit(jax.vmap(lambda p, ids: G.residual(p, cfg, ids, L), in_axes=(None, 0)))
+    return jax.jit(jax.vmap(lambda p, ids: gemma_model.residual(p, cfg, ids, L), in_axes=(None, 0)))
 
 
-@dataclasses.dataclass
-class LayerOperator:
-    """``w -> K~ w`` (or ``K_r w`` without the Gram factor) on flat vectors of length ``N d``.
+class LayerOperator(KernelOperator):
+    """``w -> K~ w`` (or ``K_r w`` without the Gram factor) on flat vectors of length ``N d``: the
+    engine's :class:`ntkbook.ntk.operator.KernelOperator` on host (numpy float64) vectors.
 
-    Attributes: ``dim`` (= N d), ``N``, ``d``, ``dtype`` (float64: vectors in and out), ``num_params``
-    (P, the parameters differentiated), ``layer``, ``param_keys``, ``chunk`` (contexts per chunk),
-    ``devices`` (number of devices the chunk is sharded over).
+    Attributes besides the engine's (``dim`` = N d, ``dtype`` float64, ``shape``,
+    ``num_products``): ``N``, ``d``, ``num_params`` (P, the parameters differentiated), ``layer``,
+    ``param_keys``, ``chunk`` (contexts per chunk), ``devices`` (number of devices the chunk is
+    sharded over).
     """
 
-    fn: Callable
-    dim: int
-    N: int
-    d: int
-    num_params: int
-    layer: int
-    param_keys: tuple[str, ...]
-    chunk: int
-    devices: int
-    dtype: object = np.float64
-    num_products: int = 0
+    def __init__(self, fn: Callable, *, N: int, d: int, num_params: int, layer: int,
+                 param_keys: tuple[str, ...], chunk: int, devices: int):
+        super().__init__(fn, N * d, np.float64)
+        self.N = N
+        self.d = d
+        self.num_params = num_params
+        self.layer = layer
+        self.param_keys = param_keys
+        self.chunk = chunk
+        self.devices = devices
 
-    def __call__(self, w):
+    def prepare(self, w):
+        """``w`` as a numpy float64 vector (the product runs its Gram factor on the host)."""
         w = np.asarray(w, dtype=np.float64)
-        if w.shape != (self.dim,):
-            raise ValueError(f"expected a vector of shape ({self.dim},), got {w.shape}")
-        self.num_products += 1
-        return self.fn(w)
+        self.check_shape(w)
+        return w
+
+    def __repr__(self):
+        return (f"LayerOperator(layer={self.layer}, params={'+'.join(self.param_keys)}, N={self.N}, "
+                f"d={self.d}, P={self.num_params})")
 
 
-def layer_operator(params, cfg: G.GemmaConfig, residuals, L: int, *,
+def layer_operator(params, cfg: gemma_model.GemmaConfig, residuals, L: int, *,
                    param_set: str | Sequence[str] = "down_proj", gram_half: np.ndarray | None = None,
                    chunk: int = 16, devices: Sequence[jax.Device] | None = None) -> LayerOperator:
     """The matrix-free operator ``S^{1/2} K_r S^{1/2}`` at layer ``L`` (``K_r`` if ``gram_half`` is None).
@@ -158,8 +166,8 @@ def layer_operator(params, cfg: G.GemmaConfig, residuals, L: int, *,
       chunk: contexts per VJP/JVP call (rounded up to a multiple of the number of devices).
       devices: devices to shard contexts over (default: all local devices).
     """
-    L = G._check_layer(cfg, L, allow_end=False)
-    keys = _param_keys(param_set)
+    L = gemma_model.check_layer(cfg, L, allow_end=False)
+    keys = param_keys(param_set)
     h = np.asarray(residuals)
     if h.ndim != 3 or h.shape[2] != cfg.d_model:
         raise ValueError(f"residuals must be (N, T, {cfg.d_model}), got {h.shape}")
@@ -176,7 +184,7 @@ def layer_operator(params, cfg: G.GemmaConfig, residuals, L: int, *,
     shard, repl = NamedSharding(mesh, P("ctx")), NamedSharding(mesh, P())
     hp = np.concatenate([h, np.zeros((pad, T, d), h.dtype)]).astype(cdtype)
     h_chunks = [jax.device_put(hp[i * chunk:(i + 1) * chunk], shard) for i in range(n_chunks)]
-    rest = jax.device_put(_rest(params), repl)
+    rest = jax.device_put(forward_from_params(params), repl)
     theta = jax.device_put({k: params["layers"][k][L] for k in keys}, repl)
     P_count = int(sum(np.prod(v.shape) for v in theta.values()))
     Gh = None if gram_half is None else np.asarray(gram_half, np.float64)
@@ -184,7 +192,7 @@ def layer_operator(params, cfg: G.GemmaConfig, residuals, L: int, *,
         raise ValueError(f"gram_half must be ({d}, {d}), got {Gh.shape}")
 
     def F(th, rest, hb):
-        return jax.vmap(lambda x: G.forward_from(rest, cfg, x, L, layer_L=th)[-1])(hb)
+        return jax.vmap(lambda x: gemma_model.forward_from(rest, cfg, x, L, layer_L=th)[-1])(hb)
 
     @jax.jit
     def vjp_chunk(th, rest, hb, zb):
@@ -209,8 +217,8 @@ def layer_operator(params, cfg: G.GemmaConfig, residuals, L: int, *,
             t = t @ Gh
         return t.reshape(-1)
 
-    return LayerOperator(fn=fn, dim=N * d, N=N, d=d, num_params=P_count, layer=L, param_keys=keys,
-                         chunk=chunk, devices=ndev)
+    return LayerOperator(fn, N=N, d=d, num_params=P_count, layer=L, param_keys=keys, chunk=chunk,
+                         devices=ndev)
 
 
 def mode_scores(eigenvectors: np.ndarray, N: int, d: int) -> np.ndarray:
@@ -233,18 +241,18 @@ def mode_scores(eigenvectors: np.ndarray, N: int, d: int) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------
 # dense references (small models only: tests and the chapter's numerical check)
 # --------------------------------------------------------------------------------------------------
-def jacobian_dense(params, cfg: G.GemmaConfig, residuals, L: int, param_set="down_proj") -> np.ndarray:
+def jacobian_dense(params, cfg: gemma_model.GemmaConfig, residuals, L: int, param_set="down_proj") -> np.ndarray:
     """``J_r``: ``(N d, P)`` Jacobian of the last-position outputs w.r.t. the chosen parameters of
     layer ``L`` (reverse mode, every output row; for tiny models)."""
-    keys = _param_keys(param_set)
+    keys = param_keys(param_set)
     theta = {k: params["layers"][k][L] for k in keys}
     flat0, unravel = jax.flatten_util.ravel_pytree(theta)
-    rest = _rest(params)
+    rest = forward_from_params(params)
     h = jnp.asarray(residuals)
 
     def F(vec):
         th = unravel(vec)
-        return jax.vmap(lambda x: G.forward_from(rest, cfg, x, L, layer_L=th)[-1])(h).reshape(-1)
+        return jax.vmap(lambda x: gemma_model.forward_from(rest, cfg, x, L, layer_L=th)[-1])(h).reshape(-1)
 
     return np.asarray(jax.jacrev(F)(flat0))
 

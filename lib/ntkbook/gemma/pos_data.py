@@ -28,12 +28,11 @@ import dataclasses
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable, Iterable
 
 import numpy as np
 
 __all__ = ["CLASSES", "tinystories_path", "load_stories", "load_tagger", "candidates", "Candidate",
-           "model_words"]
+           "model_words", "word_token_index", "draw"]
 
 #: the eight parts of speech of the paper, in its order
 CLASSES = ("PUNCT", "PRON", "PROPN", "DET", "ADV", "CCONJ", "NOUN", "VERB")
@@ -87,7 +86,7 @@ class Candidate:
     morph: str
 
 
-def _word_token_index(offsets: np.ndarray, text: str, idx: int) -> int | None:
+def word_token_index(offsets: np.ndarray, text: str, idx: int) -> int | None:
     """Index of the Gemma token whose text (less a leading space) starts at character ``idx``."""
     j = int(np.searchsorted(offsets[:, 1], idx, side="right"))  # first token ending after idx
     if j >= len(offsets):
@@ -105,7 +104,7 @@ def candidates(doc, offsets: np.ndarray, text: str, story: int, context_len: int
     for t in doc:
         if t.is_space or t.pos_ not in CLASSES:
             continue
-        j = _word_token_index(offsets, text, t.idx)
+        j = word_token_index(offsets, text, t.idx)
         if j is None:
             misaligned += 1
             continue

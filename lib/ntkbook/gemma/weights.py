@@ -36,7 +36,8 @@ import numpy as np
 
 from ntkbook.gemma.model import LAYER_KEYS, GemmaConfig
 
-__all__ = ["cache_root", "gguf_path", "load", "load_numpy", "build_cache", "WeightsError"]
+__all__ = ["cache_root", "gguf_path", "load", "load_numpy", "build_cache", "check_cache", "ensure_cache",
+           "file_sha256", "save_npy", "WeightsError"]
 
 FORMAT = "f32-v1"
 MODEL_DIR = "gemma3-270m"
@@ -94,7 +95,8 @@ def gguf_path(root: Path | None = None) -> Path:
         return Path(pkg.assemble(target, overwrite=True))
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of the file at ``path`` (read in 4 MiB blocks)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):
@@ -164,7 +166,8 @@ def _unflat(flat: dict[str, np.ndarray]) -> dict:
             "layers": {k.split(".", 1)[1]: v for k, v in flat.items() if k.startswith("layers.")}}
 
 
-def _save_npy(path: Path, arr: np.ndarray) -> None:
+def save_npy(path: Path, arr: np.ndarray) -> None:
+    """Write ``arr`` to ``path`` as ``.npy`` atomically (a temporary file, then a rename)."""
     tmp = path.with_suffix(".npy.tmp")
     with open(tmp, "wb") as fh:
         np.save(fh, arr)
@@ -184,13 +187,13 @@ def build_cache(root: Path | None = None) -> Path:
     cfg, params, vocab = read_gguf(path)
     files = {}
     for name, arr in _flat(params).items():
-        _save_npy(folder / f"{name}.npy", arr)
+        save_npy(folder / f"{name}.npy", arr)
         files[f"{name}.npy"] = None
     (folder / "tokenizer.model").write_bytes(build_sentencepiece_model(vocab))
     files["tokenizer.model"] = None
     for fname in files:
         p = folder / fname
-        files[fname] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        files[fname] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
     import dataclasses  # noqa: PLC0415
 
     manifest = {"format": FORMAT, "gguf": path.name, "gguf_sha256": _import_package().EXPECTED_SHA256,
@@ -220,12 +223,14 @@ def check_cache(folder: Path, *, full: bool = True) -> str | None:
             return f"{fname} is missing"
         if p.stat().st_size != info["bytes"]:
             return f"{fname} has {p.stat().st_size} bytes, expected {info['bytes']} (truncated?)"
-        if full and _sha256(p) != info["sha256"]:
+        if full and file_sha256(p) != info["sha256"]:
             return f"{fname} fails its sha256 check (corrupt)"
     return None
 
 
-def _ensure_cache(root: Path | None = None) -> Path:
+def ensure_cache(root: Path | None = None) -> Path:
+    """The folder of the checked float32 cache below ``root``, (re)built from the GGUF when it is
+    missing or fails :func:`check_cache`."""
     root = root or cache_root()
     folder = root / MODEL_DIR / FORMAT
     problem = check_cache(folder) if folder.exists() else "not built yet"
@@ -241,7 +246,7 @@ def _ensure_cache(root: Path | None = None) -> Path:
 def load_numpy(root: Path | None = None) -> tuple[GemmaConfig, dict, Path]:
     """``(config, params as numpy float32, cache folder)``, building the cache when needed."""
     t0 = time.perf_counter()
-    folder = _ensure_cache(root)
+    folder = ensure_cache(root)
     manifest = json.loads((folder / "manifest.json").read_text())
     cfg = GemmaConfig(**manifest["config"])
     flat = {f[:-4]: np.load(folder / f) for f in manifest["files"] if f.endswith(".npy")}
@@ -263,16 +268,16 @@ def unembedding_gram_sqrt(params, root: Path | None = None) -> np.ndarray:
     if path.exists() and meta.exists():
         try:
             info = json.loads(meta.read_text())
-            if info.get("embed_sha256") == key and info.get("sha256") == _sha256(path):
+            if info.get("embed_sha256") == key and info.get("sha256") == file_sha256(path):
                 return np.load(path)
             _log("cached G^1/2 does not match the weights or is corrupt: recomputing it")
         except ValueError:
             _log("cached G^1/2 metadata unreadable: recomputing it")
     t0 = time.perf_counter()
     Gh = gram_sqrt(np.asarray(params["embed"]))
-    _save_npy(path, Gh)
+    save_npy(path, Gh)
     tmp = meta.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"embed_sha256": key, "sha256": _sha256(path)}))
+    tmp.write_text(json.dumps({"embed_sha256": key, "sha256": file_sha256(path)}))
     os.replace(tmp, meta)
     _log(f"G^1/2 = (U^T U)^1/2 computed in {time.perf_counter() - t0:.1f} s and cached")
     return Gh

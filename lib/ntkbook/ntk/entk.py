@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey, keystr, tree_flatten_with_path
+
+from ntkbook.ntk.operator import KernelOperator, check_finite
 
 __all__ = [
     "entk",
@@ -58,7 +60,7 @@ __all__ = [
     "select",
     "split_model",
     "default_layers",
-    "KernelOperator",
+    "EntkOperator",
     "REDUCTIONS",
     "mean_logit",
     "entk_mean_logit",
@@ -127,7 +129,7 @@ class _Params:
         self.leaves = [jnp.asarray(leaf) for _, leaf in flat]
         self.names = [keystr(p) for p in self.paths]
         for name, leaf in zip(self.names, self.leaves):
-            _check_finite(leaf, f"parameter {name}")
+            check_finite(leaf, f"parameter {name}")
 
     def indices(self, param_filter: Filter, *, what: str = "param_filter") -> list[int]:
         pred = _compile_filter(param_filter)
@@ -212,33 +214,19 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def _check_finite(x, what: str) -> None:
-    """Raise ``ValueError`` if the (concrete, floating) array ``x`` holds NaN or inf."""
-    if not _is_concrete(x) or not jnp.issubdtype(x.dtype, jnp.inexact):
-        return
-    bad = ~jnp.isfinite(x)
-    if bool(jnp.any(bad)):
-        first = np.unravel_index(int(jnp.argmax(bad.reshape(-1))), x.shape) if x.ndim else ()
-        raise ValueError(
-            f"{what} holds {int(jnp.sum(bad))} non-finite value(s) (NaN or inf; the first at index "
-            f"{tuple(int(i) for i in first)}); the eNTK of such input is meaningless. Check the "
-            f"data or the training run that produced them."
-        )
-
-
 def _check_inputs(x1, x2):
     x1 = jnp.asarray(x1)
     if x1.ndim < 1 or x1.shape[0] == 0:
         raise ValueError(f"x1 must be a non-empty batch with a leading example axis, got shape "
                          f"{x1.shape}. {_CONVENTION}")
-    _check_finite(x1, "x1")
+    check_finite(x1, "x1")
     if x2 is None:
         return x1, None
     x2 = jnp.asarray(x2)
     if x2.ndim < 1 or x2.shape[0] == 0:
         raise ValueError(f"x2 must be a non-empty batch with a leading example axis, got shape "
                          f"{x2.shape}. {_CONVENTION}")
-    _check_finite(x2, "x2")
+    check_finite(x2, "x2")
     if x1.shape[1:] != x2.shape[1:]:
         raise ValueError(
             f"x1 and x2 have mismatched per-example feature shapes: {x1.shape[1:]} vs {x2.shape[1:]} "
@@ -478,28 +466,18 @@ def entk_layerwise(
 # --------------------------------------------------------------------------------------------------
 # matrix-free products
 # --------------------------------------------------------------------------------------------------
-class KernelOperator:
-    """A matrix-free eNTK ``v -> K v`` on flattened vectors; see :func:`entk_matvec`.
-
-    Attributes: ``dim`` (length of the vectors), ``dtype``, ``reduction``, ``num_outputs`` (C).
-    """
+class EntkOperator(KernelOperator):
+    """The matrix-free eNTK ``v -> K v`` of :func:`entk_matvec`: a
+    :class:`ntkbook.ntk.operator.KernelOperator` that also records its ``reduction`` and
+    ``num_outputs`` (C)."""
 
     def __init__(self, fn, dim, dtype, reduction, num_outputs):
-        self._fn = fn
-        self.dim = dim
-        self.dtype = dtype
+        super().__init__(fn, dim, dtype)
         self.reduction = reduction
         self.num_outputs = num_outputs
 
-    def __call__(self, v):
-        v = jnp.asarray(v, dtype=self.dtype)
-        if v.shape != (self.dim,):
-            raise ValueError(f"expected a vector of shape ({self.dim},), got {v.shape}")
-        _check_finite(v, "the vector v of K v")
-        return self._fn(v)
-
     def __repr__(self):
-        return f"KernelOperator(dim={self.dim}, reduction={self.reduction!r}, C={self.num_outputs})"
+        return f"EntkOperator(dim={self.dim}, reduction={self.reduction!r}, C={self.num_outputs})"
 
 
 def entk_matvec(
@@ -511,7 +489,7 @@ def entk_matvec(
     class_index: int | None = None,
     param_filter: Filter = None,
     reuse_forward: bool = True,
-) -> KernelOperator:
+) -> EntkOperator:
     """Matrix-free eNTK on the examples ``x``: a callable ``v -> K v``.
 
     Vectors are flattened: shape ``(N*C,)`` with index ``n*C + c`` for ``reduction="flat"`` (the
@@ -586,7 +564,7 @@ def entk_matvec(
         def fn(v):
             return product(sel, frozen, x, v)
 
-    return KernelOperator(fn, dim, dtype, reduction, C)
+    return EntkOperator(fn, dim, dtype, reduction, C)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -649,7 +627,7 @@ def entk_mean_logit(
 
 
 def entk_matvec_mean_logit(f, params, x, *, param_filter: Filter = None,
-                           reuse_forward: bool = True) -> KernelOperator:
+                           reuse_forward: bool = True) -> EntkOperator:
     """Matrix-free mean-logit eNTK on ``x``: ``v (N,) -> K̄ v`` (one VJP and one JVP of the mean
     output per product); see :func:`entk_mean_logit` and :func:`entk_matvec`."""
     return entk_matvec(mean_logit(f), params, x, reduction="class", class_index=0,

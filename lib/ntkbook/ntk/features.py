@@ -38,6 +38,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import scipy.linalg
 
+from ntkbook.stats import mean_spread
+
 __all__ = [
     "FEATURE_KINDS",
     "grid",
@@ -218,7 +220,9 @@ def random_subspace_overlap(n: int, k: int, d: int, *, samples: int = 0, seed: i
         for _ in range(samples):
             q, _ = np.linalg.qr(rng.standard_normal((n, k)))
             vals.append(float(np.sum(q[:d] ** 2)))  # F = first d coordinate axes
-        sm, ss = float(np.mean(vals)), float(np.std(vals, ddof=1)) if samples > 1 else float("nan")
+        sm, ss = mean_spread(vals)
+        if samples == 1:  # one draw has no sample spread to report
+            ss = float("nan")
     return RandomOverlap(n, k, d, mean, math.sqrt(max(var, 0.0)), sm, ss)
 
 

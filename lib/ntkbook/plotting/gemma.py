@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ntkbook.experiments.gemma_features import SUMMARY_KEYS, point_key
+
 __all__ = ["plot_spectrum", "plot_tasks", "plot_mode_scatter", "plot_layer_sweep", "CLASS_COLORS"]
 
 CLASS_COLORS = {"PUNCT": "#4c72b0", "PRON": "#dd8452", "PROPN": "#55a868", "DET": "#c44e52",
@@ -19,10 +21,9 @@ def plot_spectrum(result, layer: int = 16, param_set: str = "down_proj"):
     """(a) top eNTK eigenvalues / lambda_1 with Ritz residual estimates; (b) PCA variance shares."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    tag = f"L{layer}_{param_set}"
-    lam = np.asarray(result[f"{tag}/eigenvalues"])
-    res = np.asarray(result[f"{tag}/ritz_residuals"])
-    var = np.asarray(result[f"{tag}/pca_variance"])
+    lam = np.asarray(result[point_key(layer, param_set, "eigenvalues")])
+    res = np.asarray(result[point_key(layer, param_set, "ritz_residuals")])
+    var = np.asarray(result[point_key(layer, param_set, "pca_variance")])
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6))
     i = np.arange(1, len(lam) + 1)
     axes[0].semilogy(i, lam / lam[0], "o-", ms=4, label=r"$\lambda_i/\lambda_1$")
@@ -73,12 +74,11 @@ def plot_mode_scatter(result, layer: int = 16, param_set: str = "down_proj", mod
     (``modes`` and ``pcs``: zero-based indices)."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    tag = f"L{layer}_{param_set}"
     labels = np.asarray(result["labels"])
     classes = result["classes"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     for ax, key, name, ij in ((axes[0], "entk_scores", "eNTK mode", modes), (axes[1], "pca_scores", "PC", pcs)):
-        sc = np.asarray(result[f"{tag}/{key}"])
+        sc = np.asarray(result[point_key(layer, param_set, key)])
         for c, cname in enumerate(classes):
             m = labels == c
             ax.scatter(sc[ij[0], m], sc[ij[1], m], s=14, alpha=0.75, color=CLASS_COLORS.get(cname),
@@ -103,10 +103,11 @@ def plot_layer_sweep(points: list[dict], metric: str = "auroc"):
     whole = sorted((p for p in points if p["param_set"] == "layer"), key=lambda p: p["layer"])
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     L = [p["layer"] for p in pts]
-    ax.plot(L, [p[f"pos_entk_{metric}"] for p in pts], "o-", label="eNTK (down_proj)")
-    ax.plot(L, [p[f"pos_pca_{metric}"] for p in pts], "s--", label="PCA")
+    entk_key, pca_key = SUMMARY_KEYS["pos"][f"entk_{metric}"], SUMMARY_KEYS["pos"][f"pca_{metric}"]
+    ax.plot(L, [p[entk_key] for p in pts], "o-", label="eNTK (down_proj)")
+    ax.plot(L, [p[pca_key] for p in pts], "s--", label="PCA")
     if whole:
-        ax.plot([p["layer"] for p in whole], [p[f"pos_entk_{metric}"] for p in whole], "*", ms=12,
+        ax.plot([p["layer"] for p in whole], [p[entk_key] for p in whole], "*", ms=12,
                 label="eNTK (whole layer)")
     ax.set_xlabel("layer", fontsize=11)
     ax.set_xticks(sorted({p["layer"] for p in points}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ntkbook.experiments.modular_mlp import EIGVEC_KEYS
 from ntkbook.plotting import PALETTE, new_figure
 from ntkbook.store import Result
 
@@ -105,7 +106,7 @@ def plot_eigenvectors(result: Result, label: str = "final", seed: int = 0, n_per
     snaps = list(result["snapshot_epochs"])
     epoch = result["eigvec_epochs"][label]
     t = snaps.index(epoch)
-    V = np.asarray(result[f"eigvecs_{label}"], dtype=float)
+    V = np.asarray(result[EIGVEC_KEYS[label]], dtype=float)
     ci = int(result["constant_index"][seed, t])
     order = [i for i in range(V.shape[1]) if i != ci]
     sizes = [int(s) for s in result["cliff_sizes"][seed, t]]
