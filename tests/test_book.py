@@ -203,20 +203,21 @@ def test_figures_of_reader_chapters_are_readable():
     import numpy as np
 
     from ntkbook.experiments import load_or_run
-    from ntkbook.plotting import MIN_FONT_PX, display_font_px, entk as pe, intro as pi, modular as pm
+    from ntkbook.plotting import MIN_FONT_PX, display_font_px
+    from ntkbook.plotting import entk as entk_plots, intro as intro_plots, modular as modular_plots
 
     mm = load_or_run("modular_mlp", "paper")
     demo = load_or_run("demo_sweep", "paper")
     eigs = np.linspace(1, 100, 50)
     figures = {
-        "intro overview": pi.plot_overview(eigs, eigs ** 3, demo),
-        "entk convergence": pe.plot_entk_convergence(load_or_run("entk_convergence", "paper")),
-        "lanczos ghosts": pe.plot_lanczos_ghosts(load_or_run("lanczos_ghosts", "paper")),
-        "grokking": pm.plot_grokking(mm),
-        "spectra": pm.plot_spectra(mm),
-        "eigenvectors": pm.plot_eigenvectors(mm, "final"),
-        "dynamics": pm.plot_dynamics(mm),
-        "crosscheck": pm.plot_crosscheck(mm),
+        "intro overview": intro_plots.plot_overview(eigs, eigs ** 3, demo),
+        "entk convergence": entk_plots.plot_entk_convergence(load_or_run("entk_convergence", "paper")),
+        "lanczos ghosts": entk_plots.plot_lanczos_ghosts(load_or_run("lanczos_ghosts", "paper")),
+        "grokking": modular_plots.plot_grokking(mm),
+        "spectra": modular_plots.plot_spectra(mm),
+        "eigenvectors": modular_plots.plot_eigenvectors(mm, "final"),
+        "dynamics": modular_plots.plot_dynamics(mm),
+        "crosscheck": modular_plots.plot_crosscheck(mm),
     }
     small = {name: round(display_font_px(fig), 1) for name, fig in figures.items()
              if display_font_px(fig) < MIN_FONT_PX}
@@ -224,7 +225,7 @@ def test_figures_of_reader_chapters_are_readable():
         plt.close(fig)
     assert not small, f"text smaller than 9 pt at display size (px): {small}"
     # the lanczos panel (a): one legend entry per plotted Ritz value
-    fig = pe.plot_lanczos_ghosts(load_or_run("lanczos_ghosts", "paper"))
+    fig = entk_plots.plot_lanczos_ghosts(load_or_run("lanczos_ghosts", "paper"))
     labels = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
     plt.close(fig)
     n_top = int(load_or_run("lanczos_ghosts", "paper").config["n_top"])

@@ -108,3 +108,34 @@ def test_gemma_and_influence_paths_stay_in_their_packages():
     stray = {m for m in top if any(w in m for w in ("gemma", "influence", "attack", "probe", "tokenizer",
                                                      "landscape", "pos_data"))}
     assert stray <= {"ntkbook.gemma", "ntkbook.influence"}, sorted(stray)
+
+
+def _comment_lines(path: Path) -> set[int]:
+    import io
+    import tokenize
+
+    return {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+            if tok.type == tokenize.COMMENT}
+
+
+def test_every_experiment_documents_its_config_and_run():
+    """A docstring on every ``Config`` and ``run``, a comment on every ``Config`` field (on its line,
+    or a ``#:`` line right above it), as the flax examples do."""
+    import ast
+
+    missing = []
+    for path in sorted((LIB / "ntkbook" / "experiments").glob("[!_]*.py")):
+        tree = ast.parse(path.read_text())
+        comments = _comment_lines(path)
+        nodes = {n.name: n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+        for name in ("Config", "run"):
+            if name not in nodes:
+                missing.append(f"{path.name}: no {name}")
+            elif not ast.get_docstring(nodes[name]):
+                missing.append(f"{path.name}: {name} has no docstring")
+        for field in getattr(nodes.get("Config"), "body", []):
+            if isinstance(field, ast.AnnAssign):
+                lines = set(range(field.lineno, (field.end_lineno or field.lineno) + 1)) | {field.lineno - 1}
+                if not lines & comments:
+                    missing.append(f"{path.name}: Config.{field.target.id} has no comment")
+    assert not missing, "\n".join(missing)
