@@ -57,6 +57,13 @@ TRAIN = ("tests/test_train.py",)
 MOD = ("tests/test_modular.py", "tests/test_key_numbers.py")
 
 MUTATIONS = [
+    # -- layout: the house and its documentation (tests/test_layout.py) -------------------------
+    M("L1", "ntk/kernels.py", "the engine imports an experiment (an import running back up)",
+      ("from __future__ import annotations\n",
+       "from __future__ import annotations\n\nfrom ntkbook.experiments import make_config  # noqa: F401\n"),
+      ("tests/test_layout.py",)),
+    M("L2", "experiments/demo_sweep.py", "a Config field without its comment",
+      ("    repeats: int = 200  # independent estimates per n", "    repeats: int = 200"), ("tests/test_layout.py",)),
     # -- codehash: the code an experiment runs -------------------------------------------------
     M("C1", "codehash.py", "code hash sees only module-level imports",
       ("for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):",

@@ -83,7 +83,7 @@ class Config:
     tasks: tuple[str, ...] = tuple(TASKS)  # of ntkbook.influence.tasks.TASKS
     models: tuple[str, ...] = ("relu", "attn")  # 2L-ReLU and MLP-Attn
     seeds: tuple[int, ...] = (0, 1, 2)  # initialisation, batch order and attack keys
-    attacks: tuple[str, ...] = ("fgsm", "pgd", "mim")
+    attacks: tuple[str, ...] = ("fgsm", "pgd", "mim")  # the attacks run (ntkbook.influence.attacks)
     n_train: int = 500  # training points per task (balanced over its classes)
     n_test: int = 400  # test points per task (the influence is on their summed loss)
     width: int = 512  # hidden units m

@@ -115,7 +115,7 @@ class Config:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)  # one run per seed (initialisation, split, shuffling)
     dtype: str = "float32"  # precision of the seed runs (the replay is always float64)
     replay_epochs: int = 4000  # epochs of the author's run replayed (0: no replay)
-    snapshot_every: int = 20
+    snapshot_every: int = 20  # epochs between snapshots (Fourier power, top kernel eigenvectors)
     key_threshold: float = 0.25  # key frequency: Fourier power >= this fraction of the largest
     grok_level: float = 0.99  # a run "groks" when its test accuracy reaches this
     n_eigvecs: int = 16  # eigenvectors per group analysed for content (and kept, main run)
