@@ -19,7 +19,6 @@ import hashlib
 import importlib
 import os
 import pkgutil
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
