@@ -13,6 +13,7 @@ import os
 import sys
 
 from ntkbook import experiments
+from ntkbook.errors import NtkbookError
 from ntkbook.store import ALLOW_DIRTY_ENV, StoreError, config_hash
 
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"list": _cmd_list, "run": _cmd_run, "verify": _cmd_verify, "rehash": _cmd_rehash}
     try:
         return commands[args.command](args)
-    except (StoreError, experiments.ConfigError) as exc:
+    except NtkbookError as exc:  # raised on purpose: its message says what to do
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

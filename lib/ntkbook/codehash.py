@@ -18,9 +18,11 @@ __all__ = ["NOT_CODE", "module_file", "imported_modules", "reachable_modules", "
 _LIB = Path(__file__).resolve().parents[1]
 
 #: modules that do not change what an experiment computes, left out of the walk (and not followed):
-#: the store and its paths, progress reports, this module, and the experiment registry (through which
-#: an experiment loads another experiment's stored result, keyed by that experiment's own hash)
+#: the store and its paths, progress reports, the error classes, this module, and the experiment
+#: registry (through which an experiment loads another experiment's stored result, keyed by that
+#: experiment's own hash)
 NOT_CODE = frozenset({"ntkbook.store", "ntkbook.paths", "ntkbook.progress", "ntkbook.codehash",
+                      "ntkbook.errors",
                       "ntkbook.experiments"})
 
 

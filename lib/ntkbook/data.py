@@ -33,6 +33,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ntkbook.errors import NtkbookError
+
 __all__ = [
     "Dataset",
     "DataNotFoundError",
@@ -53,11 +55,11 @@ __all__ = [
 ]
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataNotFoundError(NtkbookError, FileNotFoundError):
     """A data file was found in none of the searched places and could not be downloaded."""
 
 
-class ChecksumError(ValueError):
+class ChecksumError(NtkbookError, ValueError):
     """A data file's content does not match its known checksum."""
 
 

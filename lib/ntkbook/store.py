@@ -51,6 +51,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from ntkbook.errors import NtkbookError
 from ntkbook.paths import scratch_dir
 
 __all__ = [
@@ -72,7 +73,7 @@ ALLOW_DIRTY_ENV = "NTKBOOK_ALLOW_DIRTY"
 COMMIT_ENV = "NTKBOOK_GIT_COMMIT"
 
 
-class StoreError(RuntimeError):
+class StoreError(NtkbookError, RuntimeError):
     """A store entry is missing, corrupt, locked by another run, or does not match its key."""
 
 

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ntkbook.errors import NtkbookError
 from ntkbook.progress import Progress
 
 __all__ = ["fit", "TrainResult", "TrainingDiverged", "NotTrained", "training_record", "require_trained"]
@@ -31,7 +32,7 @@ Params = Any
 Batch = tuple[jax.Array, ...]
 
 
-class TrainingDiverged(FloatingPointError):
+class TrainingDiverged(NtkbookError, FloatingPointError):
     """Training blew up; the message names the epoch, the step, the value and what happened."""
 
     def __init__(self, epoch: int, step: int, loss: float, reason: str | None = None):
@@ -227,7 +228,7 @@ def fit(
     return TrainResult(params=params, history={k: np.asarray(v) for k, v in history.items()})
 
 
-class NotTrained(RuntimeError):
+class NotTrained(NtkbookError, RuntimeError):
     """A conclusion was about to be drawn from a model that did not train."""
 
 

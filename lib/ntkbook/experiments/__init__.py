@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from ntkbook.codehash import code_hash
+from ntkbook.errors import ConfigError
 from ntkbook.paths import cache_dir, results_dir, scratch_dir
 from ntkbook.progress import format_seconds
 from ntkbook.store import Result, Store, config_hash
@@ -42,10 +43,6 @@ EXPERIMENTS: dict[str, str] = {
 }
 
 SCALES = ("smoke", "paper")
-
-
-class ConfigError(TypeError, ValueError):
-    """A config override that names no field of the experiment's Config, or has the wrong type."""
 
 
 def get(name: str) -> ModuleType:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ntkbook.errors import NtkbookError
 from ntkbook.gemma.model import LAYER_KEYS, GemmaConfig
 
 __all__ = ["cache_root", "gguf_path", "load", "load_numpy", "build_cache", "check_cache", "ensure_cache",
@@ -52,7 +53,7 @@ GGUF_LAYER_NAMES = {
 }
 
 
-class WeightsError(RuntimeError):
+class WeightsError(NtkbookError, RuntimeError):
     """The weights package is missing or the GGUF cannot be read."""
 
 
