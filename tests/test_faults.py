@@ -28,6 +28,12 @@ from ntkbook import store as store_mod
 from ntkbook.experiments import demo_sweep
 from ntkbook.store import PointStore, Result, Store, StoreError
 
+
+def result_files(root):
+    """The files in a results folder other than its git-ignored entry locks (``.locks/``)."""
+    return [p for p in root.rglob("*")
+            if p.is_file() and store_mod.LOCKS not in p.relative_to(root).parts]
+
 LIB = Path(__file__).resolve().parents[1] / "lib"
 CONFIG = demo_sweep.Config.smoke()
 
@@ -221,7 +227,7 @@ def test_kill_9_mid_sweep_then_resume(tmp_path, env):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     # nothing in the results folder (so `git status` stays clean), two points in the scratch
-    assert not [p for p in results.rglob("*") if p.is_file()]
+    assert not result_files(results)
     assert len(list(Path(env["NTKBOOK_SCRATCH"]).rglob("n=*.json"))) == 2
     rc, out, err = child(env, results)
     assert rc == 0, err

@@ -18,6 +18,12 @@ from ntkbook.experiments import demo_sweep
 from ntkbook.store import PointStore, Result, Store, StoreError, config_hash
 
 
+def result_files(root):
+    """The files in a results folder other than its git-ignored entry locks (``.locks/``)."""
+    return [p for p in root.rglob("*")
+            if p.is_file() and store_mod.LOCKS not in p.relative_to(root).parts]
+
+
 @pytest.fixture(autouse=True)
 def _scratch(tmp_path, monkeypatch):
     """Checkpoints and locks of every test in its own folder; a clean, committed tree."""
@@ -141,8 +147,9 @@ def test_demo_experiment_resumes(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         experiments.run_and_save("demo_sweep", config, store)
     assert not store.has("demo_sweep", demo_sweep.VERSION, config)
-    # checkpoints are outside the results folder: an interrupted run leaves it untouched
-    assert not [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+    # checkpoints are outside the results folder: an interrupted run leaves nothing there but
+    # the git-ignored entry lock
+    assert not result_files(tmp_path / "results")
     assert list(store.points_dir("demo_sweep", demo_sweep.VERSION, config).rglob("*.json"))
     result = experiments.run_and_save("demo_sweep", config, store)
     assert seen == [16, 64, 256, 256, 1024]
@@ -368,7 +375,7 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match="disk is full"):
         store.save(Result("exp", {"k": 1}, arrays={"x": np.ones(3)}), "1")
     assert not store.has("exp", "1", {"k": 1})
-    assert not [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+    assert not result_files(tmp_path / "results")
 
 
 def test_lock_refuses_or_waits(tmp_path):

@@ -13,16 +13,26 @@ truncated, bit-flipped or hand-edited entry is a :class:`StoreError` naming the 
 command that repairs it; it is never used silently. Non-finite floats are stored as JSON's
 ``NaN``/``Infinity`` tokens and come back as Python floats, whatever their type going in.
 
-Working files never go into ``<root>`` (which is tracked by git for ``results/``): the per-point
-checkpoints of a sweep and the entry locks live under a *scratch* folder, by default
-``<repo>/.cache/store/<root id>/`` (``$NTKBOOK_SCRATCH`` overrides ``<repo>/.cache/store``):
+The entry locks live with the results they protect, in ``<root>/.locks/`` (which holds a
+``.gitignore`` of its own, so git never sees them): ``<root>/.locks/<name>/<version>-<config
+hash>.lock`` is an ``fcntl.flock`` lock. Computing or rewriting an entry holds it exclusively (a
+second run of the same entry waits for the first, then loads its result, or refuses at once with
+``wait=False``); reading it (:meth:`Store.load`, :meth:`Store.has`, :meth:`Store.list`) holds it
+shared, so any number of readers go together and never see a half-written entry, whichever
+checkout or scratch folder they run from. A results folder that is read-only is read without
+locks (nothing can write it).
 
-- ``points/<name>/<version>-<config hash>/<code hash>/``: one ``.npz`` + ``.json`` pair per
-  finished point; the folder is keyed by a hash of the experiment's code, so checkpoints written
-  by other code are never reused (they are deleted when the entry is next computed);
-- ``locks/<name>/<version>-<config hash>.lock``: an ``fcntl.flock`` lock. Computing an entry holds
-  it exclusively (a second run of the same entry waits for the first, then loads its result, or
-  refuses at once with ``wait=False``); reading holds it shared.
+The per-point checkpoints of a sweep are working files and never go into ``<root>`` (tracked by git
+for ``results/``): they live under a *scratch* folder, by default ``<repo>/.cache/store/<root id>/``
+(``$NTKBOOK_SCRATCH`` overrides ``<repo>/.cache/store``), in
+``points/<name>/<version>-<config hash>/<code hash>/``: one ``.npz`` + ``.json`` pair per finished
+point; the folder is keyed by a hash of the experiment's code, so checkpoints written by other code
+are never reused (they are deleted when the entry is next computed).
+
+An entry can carry ``reverified``: records of later reruns with other code that reproduced it
+(:meth:`Store.add_reverification`, written by ``python -m ntkbook reproduce``); whether a stored
+result still comes from today's code is decided above the store (:mod:`ntkbook.freshness`), which
+knows the experiments' code.
 
 Writes are atomic (temporary file, ``fsync``, :func:`os.replace`, ``fsync`` of the folder); the
 npz is written before the JSON that carries its hash, so a crash between the two leaves an entry
@@ -62,11 +72,15 @@ __all__ = [
     "config_hash",
     "canonical_json",
     "provenance",
+    "environment",
     "migrate_nonfinite",
 ]
 
 #: 1: no content hashes, non-finite floats as strings; 2: sha256 integrity, non-finite as floats.
 FORMAT = 2
+
+#: folder of the entry locks inside a results folder (with a ``.gitignore`` that ignores it all)
+LOCKS = ".locks"
 
 #: environment variables read by :func:`provenance`
 ALLOW_DIRTY_ENV = "NTKBOOK_ALLOW_DIRTY"
@@ -175,6 +189,32 @@ def migrate_nonfinite(obj: Any) -> tuple[Any, int]:
 
 
 # -- provenance ----------------------------------------------------------------------------------
+#: the packages whose versions a result records; jax and jaxlib are compared with the reader's
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "scipy")
+
+
+def environment() -> dict[str, Any]:
+    """What of the environment can move a number: ``jax`` and ``jaxlib`` versions, the JAX
+    ``backend`` (``cpu``, ``gpu``, ``tpu``; GPU float32 matmuls default to TF32), and whether
+    ``jax_enable_x64`` is on now (experiments that need float64 also turn it on inside ``run``)."""
+    import importlib.metadata as md
+
+    env: dict[str, Any] = {}
+    for pkg in ("jax", "jaxlib"):
+        try:
+            env[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            env[pkg] = None
+    try:
+        import jax
+
+        env["backend"] = jax.default_backend()
+        env["x64"] = bool(jax.config.jax_enable_x64)
+    except Exception as exc:  # pragma: no cover - reported, not hidden
+        env["backend"], env["x64"] = f"unknown ({exc})", None
+    return env
+
+
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(
@@ -205,7 +245,7 @@ def provenance(*, allow_dirty: bool | None = None) -> dict[str, Any]:
     import importlib.metadata as md
 
     versions = {}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "numpy", "scipy"):
+    for pkg in PACKAGES:
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -239,6 +279,7 @@ def provenance(*, allow_dirty: bool | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "device": device,
         "backend": backend,
+        "x64": environment()["x64"],
         "host": platform.node(),
     }
     if dirty_files:
@@ -434,6 +475,18 @@ class PointStore:
 
 
 # -- the store -----------------------------------------------------------------------------------
+def _make_lock_folder(folder: Path, locks_root: Path) -> None:
+    """Create ``folder`` (below ``locks_root``), with ``locks_root/.gitignore`` ignoring it all."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ignore = locks_root / ".gitignore"
+    if not ignore.exists():
+        try:  # not a result: a plain exclusive create is enough (a concurrent creator wins)
+            with open(ignore, "x") as fh:
+                fh.write("# entry locks of ntkbook.store: working files, never committed\n*\n")
+        except OSError:
+            pass
+
+
 class Store:
     """A folder of experiment results.
 
@@ -475,7 +528,9 @@ class Store:
         return self.scratch / "points" / name / f"{version}-{config_hash(config)}"
 
     def lock_path(self, name: str, version: str, config: Any) -> Path:
-        return self.scratch / "locks" / name / f"{version}-{config_hash(config)}.lock"
+        """The entry's lock file, in the results folder itself (``<root>/.locks/``), so that every
+        process using this results folder, from any checkout, meets the same lock."""
+        return self.root / LOCKS / name / f"{version}-{config_hash(config)}.lock"
 
     def repair_command(self, name: str) -> str:
         cmd = f"python -m ntkbook run {name} --scale {self.scale or '<smoke|paper>'} --recompute"
@@ -499,15 +554,16 @@ class Store:
         """
         path = self.lock_path(name, version, config)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _make_lock_folder(path.parent, self.root / LOCKS)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            if shared:
+            if shared:  # a read-only results folder: nobody can write it, nothing to guard
                 yield
                 return
             raise StoreError(
-                f"cannot create the lock file {path} ({exc}). Set NTKBOOK_SCRATCH to a writable "
-                f"folder."
+                f"cannot write to {self.root}: the lock file {path} cannot be created ({exc}). "
+                f"Nothing was computed. Choose a writable results folder (--results DIR or "
+                f"$NTKBOOK_RESULTS)."
             ) from exc
         try:
             mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
@@ -604,14 +660,23 @@ class Store:
         return Result(name=name, config=meta["config"], arrays=arrays, scalars=meta["scalars"],
                       provenance=meta["provenance"])
 
+    def _entry_folders(self) -> list[Path]:
+        """Every ``<root>/<name>/<entry>`` folder, sorted (the lock folder and hidden names left out)."""
+        if not self.root.exists():
+            return []
+        return [f for f in sorted(self.root.glob("*/*"))
+                if f.is_dir() and not f.name.startswith(".") and not f.parent.name.startswith(".")]
+
+    def _read_entry_meta(self, folder: Path) -> dict[str, Any]:
+        """The JSON of an entry folder, unverified (to learn its key); writes replace it atomically."""
+        return _read_json(folder / "result.json", self._repair(folder.parent.name))
+
     def list(self) -> list[dict[str, Any]]:
         """One row per entry: name, entry, status ("ok", "corrupt", "legacy", "unfinished"), ..."""
         rows = []
         if not self.root.exists():
             return rows
-        for folder in sorted(self.root.glob("*/*")):
-            if not folder.is_dir() or folder.name.startswith("."):
-                continue
+        for folder in self._entry_folders():
             row: dict[str, Any] = {"name": folder.parent.name, "entry": folder.name}
             js = folder / "result.json"
             if not js.exists():
@@ -619,16 +684,19 @@ class Store:
                 rows.append(row)
                 continue
             try:
-                meta = _read_json(js, self._repair(folder.parent.name))
+                meta = self._read_entry_meta(folder)
                 version = str(meta.get("version"))
-                self._verified(folder.parent.name, version, meta.get("config"))
                 if folder.name != f"{version}-{config_hash(meta.get('config'))}":
                     raise StoreError(f"store entry {folder} is filed under the wrong name")
+                with self.lock(folder.parent.name, version, meta.get("config"), shared=True):
+                    meta, _ = self._verified(folder.parent.name, version, meta.get("config"))
                 prov = meta.get("provenance", {})
                 row.update(status="ok", finished=True, date=prov.get("date"),
                            device=prov.get("device"), wall_s=prov.get("wall_time_s"),
                            git_commit=prov.get("git_commit"), git_dirty=prov.get("git_dirty"),
-                           hashed=meta["integrity"].get("hashed"))
+                           hashed=meta["integrity"].get("hashed"), version=version,
+                           config=meta.get("config"), provenance=prov,
+                           reverified=meta.get("reverified", []))
             except StoreError as exc:
                 status = "legacy" if "no content hashes" in str(exc) else "corrupt"
                 row.update(status=status, finished=False, error=str(exc))
@@ -730,7 +798,12 @@ class Store:
         """
         import time
 
+        if not recompute:  # a stored entry is read under the shared lock, like any other read
+            with self.lock(name, version, config, shared=True, wait=wait):
+                if self._verified(name, version, config) is not None:
+                    return self._load(name, version, config)
         with self.lock(name, version, config, wait=wait):
+            # another process may have stored it between the two locks
             if not recompute and self._verified(name, version, config) is not None:
                 return self._load(name, version, config)
             prov = provenance()
@@ -751,6 +824,37 @@ class Store:
             self.clear_points(name, version, config)
             return result
 
+    def add_reverification(self, name: str, version: str, config: Any,
+                           record: Mapping[str, Any]) -> Path:
+        """Append ``record`` (a rerun with other code that reproduced the entry: its date, code
+        hash, commit, environment, sample, largest differences) to the entry's ``reverified``
+        list, and re-sign the JSON. The result itself (arrays, scalars, config, provenance) is
+        not touched. In a ``require_clean`` store the rerun must come from committed code.
+        """
+        prov = record.get("provenance", {})
+        if self.require_clean and not prov.get("WARNING"):
+            if prov.get("git_commit") is None or prov.get("git_dirty"):
+                raise StoreError(
+                    f"refusing to record a re-verification of {name} in {self.root}: the code "
+                    f"that reproduced it is not a known commit (git_commit="
+                    f"{prov.get('git_commit')}, git_dirty={prov.get('git_dirty')}). Commit "
+                    f"first, or set {ALLOW_DIRTY_ENV}=1 to record it marked as such."
+                )
+        with self.lock(name, version, config):
+            found = self._verified(name, version, config)
+            if found is None:
+                raise StoreError(f"no stored entry {self.entry_dir(name, version, config)} to "
+                                 f"record a re-verification in")
+            meta, _ = found
+            meta = {k: v for k, v in meta.items() if k != "integrity"} | {
+                "integrity": {k: v for k, v in meta["integrity"].items() if k != "json_sha256"}}
+            meta["reverified"] = [*meta.get("reverified", []), _to_jsonable(dict(record))]
+            meta["integrity"]["json_sha256"] = _json_digest(meta)
+            js = self.entry_dir(name, version, config) / "result.json"
+            _write_or_explain(js, json.dumps(meta, indent=1).encode(),
+                              "The re-verification was not recorded.")
+            return js
+
     # -- maintenance -----------------------------------------------------------------------
     def rehash(self, *, dry_run: bool = False) -> list[str]:
         """Upgrade format-1 entries: non-finite strings to floats, then add content hashes.
@@ -762,9 +866,9 @@ class Store:
         lines = []
         if not self.root.exists():
             return lines
-        for folder in sorted(self.root.glob("*/*")):
+        for folder in self._entry_folders():
             js = folder / "result.json"
-            if folder.name.startswith(".") or not js.exists():
+            if not js.exists():
                 continue
             name = folder.parent.name
             head = _read_json(js, self._repair(name))
