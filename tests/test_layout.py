@@ -21,8 +21,9 @@ FLOORS = {
     "models": 3,
     "gemma": 4, "influence": 4, "lazy": 4,
     "experiments": 5,
-    "plotting": 6, "book": 6,
-    "__main__": 7,
+    "freshness": 6,
+    "plotting": 7, "book": 7,
+    "__main__": 8,
 }
 
 

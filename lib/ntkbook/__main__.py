@@ -3,6 +3,8 @@
 ``python -m ntkbook list``                        experiments and the state of their entries
 ``python -m ntkbook run NAME --scale S``          compute an entry (``--set key=value`` overrides)
 ``python -m ntkbook verify``                      check every entry's content hashes
+``python -m ntkbook reproduce NAME [--sample]``   recompute stored entries with today's code,
+                                                  compare, and record the agreement
 ``python -m ntkbook rehash``                      add content hashes to entries from before them
 """
 
@@ -12,14 +14,17 @@ import argparse
 import os
 import sys
 
-from ntkbook import experiments
+from ntkbook import experiments, freshness
 from ntkbook.errors import NtkbookError
-from ntkbook.store import ALLOW_DIRTY_ENV, StoreError, config_hash
+from ntkbook.store import ALLOW_DIRTY_ENV, Result, StoreError, config_hash
 
 
 def _state(store, name: str, version: str, config) -> str:
     try:
-        return "stored (verified)" if store.has(name, version, config) else "missing"
+        if not store.has(name, version, config):
+            return "missing"
+        fresh = freshness.freshness(store.load(name, version, config))
+        return f"stored (verified), {fresh.sentence()[:-1].lower().replace('`', '')}"
     except StoreError as exc:
         return f"CORRUPT: {exc}"
 
@@ -72,11 +77,38 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             line = f"{row['status']:10s} {store.root / row['name'] / row['entry']}"
             if row["status"] == "ok":
                 line += f"  commit {str(row.get('git_commit'))[:10]}  dirty {row.get('git_dirty')}"
+                if row["name"] in experiments.EXPERIMENTS:
+                    stored = Result(row["name"], row["config"], provenance=row["provenance"],
+                                    reverified=row["reverified"])
+                    line += f"  {freshness.freshness(stored).short()}"
             else:
                 bad += row["status"] != "unfinished"
                 line += f"\n           {row.get('error', '')}"
             print(line)
     return 1 if bad else 0
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    if args.data is not None:
+        os.environ["NTKBOOK_DATA"] = args.data
+    names = sorted(experiments.EXPERIMENTS) if args.all else args.names
+    if not names:
+        raise freshness.ReproduceError("name the experiments to reproduce, or pass --all")
+    store = experiments.store_for("paper", args.results)
+    stored = {row["name"] for row in store.list()}
+    failed = []
+    for name in names:
+        if name not in experiments.EXPERIMENTS:
+            raise freshness.ReproduceError(f"unknown experiment {name!r}; known: "
+                                           f"{', '.join(sorted(experiments.EXPERIMENTS))}")
+        if args.all and name not in stored:
+            continue
+        reps = freshness.reproduce(name, store, entries=args.entry, sample=args.sample,
+                                   record=not args.dry_run)
+        failed += [r for r in reps if not r.agree]
+    for rep in failed:
+        print(f"error: {rep.name} {rep.entry.name}: {rep.comparison.summary(n=5)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _cmd_rehash(args: argparse.Namespace) -> int:
@@ -108,6 +140,18 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--allow-dirty", action="store_true",
                      help=f"store a paper-scale result computed from uncommitted code, marked as "
                           f"such in its provenance (same as {ALLOW_DIRTY_ENV}=1)")
+    rep = sub.add_parser("reproduce", help="recompute stored entries with today's code, compare "
+                                           "every value, and record the agreement in the entry")
+    rep.add_argument("names", nargs="*", metavar="NAME", help="experiments to reproduce")
+    rep.add_argument("--all", action="store_true", help="every experiment with a stored entry")
+    rep.add_argument("--entry", action="append", metavar="VERSION-HASH",
+                     help="only this stored entry (repeatable; default: all of the experiment's)")
+    rep.add_argument("--sample", action="store_true",
+                     help="recompute only the part the experiment defines as its sample "
+                          "(e.g. one seed), and compare that part")
+    rep.add_argument("--dry-run", action="store_true", help="compare, but record nothing")
+    rep.add_argument("--data", help="data directory (else $NTKBOOK_DATA, then the user cache)")
+    rep.add_argument("--results", help="results folder (default: $NTKBOOK_RESULTS or results/)")
     for cmd, helptext in (("verify", "check the content hashes of every stored entry"),
                           ("rehash", "add content hashes to entries written before them")):
         p = sub.add_parser(cmd, help=helptext)
@@ -116,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "rehash":
             p.add_argument("--dry-run", action="store_true", help="say what would change")
     args = parser.parse_args(argv)
-    commands = {"list": _cmd_list, "run": _cmd_run, "verify": _cmd_verify, "rehash": _cmd_rehash}
+    commands = {"list": _cmd_list, "run": _cmd_run, "verify": _cmd_verify, "rehash": _cmd_rehash,
+                "reproduce": _cmd_reproduce}
     try:
         return commands[args.command](args)
     except NtkbookError as exc:  # raised on purpose: its message says what to do

@@ -101,6 +101,8 @@ class Result:
       arrays: named numpy arrays (saved to ``.npz``).
       scalars: JSON-serialisable numbers, strings, lists and dicts (tables).
       provenance: filled in by the store when the result is computed.
+      reverified: records of later reruns, with other code, that reproduced this result
+        (filled in by the store when loading; see :meth:`Store.add_reverification`).
     """
 
     name: str
@@ -108,6 +110,7 @@ class Result:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     scalars: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    reverified: list[dict[str, Any]] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> Any:
         if key in self.arrays:
@@ -658,7 +661,7 @@ class Store:
             )
         meta, arrays = found
         return Result(name=name, config=meta["config"], arrays=arrays, scalars=meta["scalars"],
-                      provenance=meta["provenance"])
+                      provenance=meta["provenance"], reverified=meta.get("reverified", []))
 
     def _entry_folders(self) -> list[Path]:
         """Every ``<root>/<name>/<entry>`` folder, sorted (the lock folder and hidden names left out)."""

@@ -71,14 +71,18 @@ def device_label(prov: dict) -> str:
 def provenance_line(result, *more) -> MarkdownText:
     """One sentence saying where the numbers of ``result`` (and of ``more`` results) come from:
     scale (paper or smoke preset, or which fields were changed), date, device, git commit (and
-    whether the tree had uncommitted changes) and wall time. Chapters show it under their title::
+    whether the tree had uncommitted changes), wall time, and whether the numbers still come from
+    today's code (:func:`ntkbook.freshness.freshness`; a result computed by earlier code says so,
+    with the date it was last re-verified). Chapters show it under their title::
 
         provenance_line(res)   # "Numbers from `modular_mlp` at paper scale, computed on
-                               #  2026-11-30 on NVIDIA H200 at commit 4420048 in 2m54s."
+                               #  2026-11-30 on NVIDIA H200 at commit 4420048 in 2m54s
+                               #  (today's code)."
     """
+    from ntkbook.freshness import freshness
     from ntkbook.progress import format_seconds
 
-    parts = []
+    parts, notes = [], []
     for r in (result, *more):
         prov = r.provenance or {}
         scale, changed = preset_of(r)
@@ -95,8 +99,15 @@ def provenance_line(result, *more) -> MarkdownText:
         took = f" in {format_seconds(float(wall))}" if wall is not None else ""
         resumed = prov.get("resumed_points")
         res_txt = f" ({resumed} points resumed from an earlier run)" if resumed else ""
-        parts.append(f"{what}, computed on {date} on {device_label(prov)} at {at}{took}{res_txt}")
-    return MarkdownText("**Provenance.** Numbers from " + "; ".join(parts) + ".")
+        fresh = freshness(r)
+        parts.append(f"{what}, computed on {date} on {device_label(prov)} at {at}{took}{res_txt} "
+                     f"({fresh.short()})")
+        if not fresh.today or fresh.env_changes:
+            notes.append(f"`{r.name}`: {fresh.sentence()}")
+    text = "**Provenance.** Numbers from " + "; ".join(parts) + "."
+    if notes:
+        text += " " + " ".join(dict.fromkeys(notes))
+    return MarkdownText(text)
 
 
 def _chapter_times(chapter: str, times_file=None) -> dict[str, float]:

@@ -172,11 +172,13 @@ class Row:
 
 def _source(result) -> str:
     from ntkbook.book.report import device_label, preset_of
+    from ntkbook.freshness import freshness
 
     prov = result.provenance or {}
     scale, changed = preset_of(result)
     what = f"{scale} scale" + (" (changed: " + ", ".join(changed) + ")" if changed else "")
-    return f"`{result.name}`, {what}, {device_label(prov)}, {str(prov.get('date') or '')[:10]}"
+    return (f"`{result.name}`, {what}, {device_label(prov)}, {str(prov.get('date') or '')[:10]}, "
+            f"{freshness(result).short()}")
 
 
 def _check(rows: Any, module: str) -> list[dict]:

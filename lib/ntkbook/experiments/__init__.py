@@ -7,7 +7,12 @@ Each experiment module defines
 - ``Config``: a frozen dataclass with classmethods ``smoke()`` and ``paper()``,
 - ``run(config, points) -> Result``: ``points`` is a :class:`ntkbook.store.PointStore`
   through which a sweep saves each finished point (so an interrupted run resumes),
-- optionally ``estimate_seconds(config) -> float``, a rough CPU time shown before a long run.
+- optionally ``estimate_seconds(config) -> float``, a rough CPU time shown before a long run,
+- optionally ``NONFINITE_ALLOWED``: ``{pattern: reason}``, the scalars that may be NaN or infinite
+  (e.g. "the epoch at which accuracy crossed 90 %: NaN when it never did"); any other non-finite
+  scalar makes the run fail instead of being stored (:func:`check_finite`),
+- optionally what :mod:`ntkbook.freshness` uses to re-verify a stored entry
+  (``REPRODUCE_TOLERANCE``, ``reproduce_sample``, ``sample_view``).
 
 :func:`load_or_run` is what chapters call: the paper-scale result comes from ``results/``
 (computed and saved there when missing); the smoke-scale result is computed from scratch.
@@ -24,14 +29,14 @@ from types import ModuleType
 from typing import Any
 
 from ntkbook.codehash import code_hash
-from ntkbook.errors import ConfigError
+from ntkbook.errors import ConfigError, NtkbookError
 from ntkbook.paths import cache_dir, results_dir, scratch_dir
 from ntkbook.progress import format_seconds
-from ntkbook.store import Result, Store, config_hash
+from ntkbook.store import Result, Store, canonical_json, config_hash
 
 __all__ = [
-    "EXPERIMENTS", "ConfigError", "get", "make_config", "parse_overrides", "load_or_run", "run_and_save",
-    "store_for", "code_hash",
+    "EXPERIMENTS", "ConfigError", "NonFiniteResult", "get", "make_config", "config_from_dict",
+    "parse_overrides", "check_finite", "load_or_run", "run_and_save", "store_for", "code_hash",
 ]
 
 #: name -> module path of every experiment: each module of this package (its file name is its
@@ -43,6 +48,10 @@ EXPERIMENTS: dict[str, str] = {
 }
 
 SCALES = ("smoke", "paper")
+
+
+class NonFiniteResult(NtkbookError):
+    """A run produced a NaN or infinite scalar its experiment does not declare possible."""
 
 
 def get(name: str) -> ModuleType:
@@ -75,6 +84,33 @@ def make_config(name: str, scale: str, **overrides: Any):
             f"{', '.join(sorted(fields))}"
         )
     return dataclasses.replace(config, **overrides)
+
+
+def config_from_dict(name: str, values: dict[str, Any]):
+    """The ``Config`` of experiment ``name`` a stored entry's config dict describes (lists back to
+    the tuples of tuple fields); its canonical JSON equals the dict's, or a ConfigError says why.
+    """
+    import dataclasses
+
+    preset = make_config(name, "paper")
+    fields = {f.name: getattr(preset, f.name) for f in dataclasses.fields(preset)}
+    unknown = sorted(set(values) - set(fields))
+    missing = sorted(set(fields) - set(values))
+    if unknown or missing:
+        raise ConfigError(f"a stored config of {name} does not match today's Config fields "
+                          f"(unknown: {unknown}, missing: {missing}); its VERSION should have "
+                          f"changed with the fields")
+
+    def typed(value: Any, like: Any) -> Any:
+        if isinstance(like, tuple) and isinstance(value, list):
+            inner = like[0] if like else None
+            return tuple(typed(v, inner) for v in value)
+        return value
+
+    config = dataclasses.replace(preset, **{k: typed(v, fields[k]) for k, v in values.items()})
+    if canonical_json(config) != canonical_json(values):
+        raise ConfigError(f"the stored config of {name} cannot be rebuilt exactly: {values}")
+    return config
 
 
 def parse_overrides(name: str, scale: str, assignments: list[str]) -> dict[str, Any]:
@@ -160,6 +196,36 @@ def store_for(scale: str, root: str | os.PathLike | None = None) -> Store:
                  require_clean=(scale == "paper"), cli_root=root is not None)
 
 
+def check_finite(name: str, result: Result, allowed: dict[str, str] | None = None) -> None:
+    """Refuse a result with a NaN or infinite scalar that is not declared possible (``allowed``:
+    ``{fnmatch pattern over the scalar's path: reason}``, the experiment's ``NONFINITE_ALLOWED``).
+    Paths read like ``table.mnist10/relu.flip_pgd[2]``."""
+    import fnmatch
+    import math
+
+    bad: list[str] = []
+
+    def walk(obj: Any, path: str) -> None:
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}[{i}]")
+        elif isinstance(obj, float) and not math.isfinite(obj):
+            if not any(fnmatch.fnmatchcase(path, pat) for pat in (allowed or {})):
+                bad.append(f"{path} = {obj}")
+
+    walk(result.scalars, "")
+    if bad:
+        shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise NonFiniteResult(
+            f"{name} produced non-finite values, so its result was not stored: {shown}. Check the "
+            f"config (too few seeds or repeats for a spread or a slope?), or, if such a value can "
+            f"be a true answer, declare it in {name}.NONFINITE_ALLOWED with the reason."
+        )
+
+
 def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = False,
                  wait: bool = True) -> Result:
     """Run experiment ``name`` with ``config``, checkpointing points, and save it in ``store``.
@@ -178,7 +244,12 @@ def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = Fals
             msg += f", roughly {format_seconds(est(config))} on 2 CPU cores"
         print(msg, flush=True)
 
-    return store.get_or_compute(name, module.VERSION, config, lambda points: module.run(config, points),
+    def compute(points):
+        result = module.run(config, points)
+        check_finite(name, result, getattr(module, "NONFINITE_ALLOWED", None))
+        return result
+
+    return store.get_or_compute(name, module.VERSION, config, compute,
                                 code=code, recompute=recompute, wait=wait, on_start=announce)
 
 

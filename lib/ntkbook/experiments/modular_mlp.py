@@ -42,6 +42,12 @@ from ntkbook.verdicts import by_threshold, ladder
 NAME = "modular_mlp"
 VERSION = "1"
 
+#: scalars that may be non-finite, and why (:func:`ntkbook.experiments.check_finite`)
+NONFINITE_ALLOWED = {
+    "dynamics*.cliff2.*": "NaN when the spectrum shows no second cliff (the ReLU variant)",
+    "alignment_final.cliff2:*": "NaN when there is no second cliff whose window could align",
+}
+
 #: (first cliff, second cliff) feature sets whose overlaps are recorded
 CLIFF1_FEATURES = ("a", "b", "a+b axes")
 CLIFF2_FEATURES = ("sum", "diff", "2a", "2b", "sum+diff", "a+b axes")

@@ -51,6 +51,11 @@ from ntkbook.verdicts import PARTLY, REPRODUCES, ladder
 NAME = "modular_transformer"
 VERSION = "1"
 
+#: scalars that may be non-finite, and why (:func:`ntkbook.experiments.check_finite`)
+NONFINITE_ALLOWED = {
+    "per_run.*.grokking.test*": "NaN when test accuracy never reaches that level (no grokking)",
+}
+
 #: The author's printed training log (notebook modular_arithmetic_transformer_v4.ipynb, output of
 #: the training cell): {author's epoch: (mean training loss of that epoch, test accuracy in %)}.
 #: His "epoch e" is printed after e + 1 epochs of training.  A selection of the 200 lines.
