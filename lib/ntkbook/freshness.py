@@ -54,6 +54,9 @@ __all__ = [
 #: array (of the value itself for a scalar): a rerun on the same kind of machine agrees to round-off
 DEFAULT_TOLERANCE = {"rtol": 1e-6, "atol": 1e-9}
 
+#: values never compared: wall times (named ``*seconds*`` by every experiment)
+WALL_TIMES = {"*seconds*": "a wall time, not a result"}
+
 TODAY = "today's code"
 EARLIER = "computed by earlier code"
 
@@ -280,7 +283,7 @@ def compare(stored: Mapping[str, Any], fresh: Mapping[str, Any],
     """Compare two :func:`flatten`-ed results value by value (``tolerance``: see the module
     docstring). A key in one and not the other is a failure."""
     tol = {**DEFAULT_TOLERANCE, **(tolerance or {})}
-    ignore, loose = dict(tol.get("ignore", {})), dict(tol.get("loose", {}))
+    ignore, loose = {**WALL_TIMES, **tol.get("ignore", {})}, dict(tol.get("loose", {}))
     diffs, ignored = [], {}
     for key in sorted(set(stored) | set(fresh)):
         why = _match(key, ignore)

@@ -29,6 +29,10 @@ from ntkbook.verdicts import DOES_NOT, by_threshold, ladder
 NAME = "gemma_features"
 VERSION = "1"
 
+#: how a rerun is compared with a stored entry (:mod:`ntkbook.freshness`): wall times aside, exactly
+REPRODUCE_TOLERANCE = {"ignore": {"t_load": "a wall time", "t_gram": "a wall time",
+                                  "points*.t_*": "a wall time"}}
+
 #: the task families evaluated at each point: the parts of speech and the morphological features
 FAMILIES = ("pos", "morph")
 #: the per-task columns averaged over a family (``probe.evaluate_tasks`` rows, ``<method>_<metric>``)

@@ -32,7 +32,7 @@ import numpy as np
 from ntkbook import verdicts
 from ntkbook.influence import interventions, training
 from ntkbook.influence.losses import data_loss
-from ntkbook.influence.readout import TRAINED_ACC, stat, trained
+from ntkbook.influence.readout import TRAINED_ACC, stat, sweep_part, trained
 from ntkbook.influence.tasks import MODELS, TASK_LABELS, accuracy, input_dim, task_data, targets
 from ntkbook.models import attention, two_layer
 from ntkbook.progress import Progress
@@ -174,6 +174,20 @@ def run(config: Config, points: PointStore | None = None) -> Result:
         bar.close()
     return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays,
                   scalars={"table": table, "tasks": TASK_LABELS, "models": MODELS})
+
+
+def reproduce_sample(config: Config) -> tuple[Config, str]:
+    """The sample ``python -m ntkbook reproduce influence_advtrain --sample`` recomputes: the first
+    task (MNIST), both models, the first seed (each point depends only on its task, model and
+    seed)."""
+    sub = dataclasses.replace(config, tasks=config.tasks[:1], seeds=config.seeds[:1])
+    return sub, (f"task {sub.tasks[0]}, seed {sub.seeds[0]} (of {len(config.tasks)} tasks x "
+                 f"{len(config.seeds)} seeds)")
+
+
+def sample_view(result: Result, sample: Config) -> tuple[dict, dict]:
+    """The part of ``result`` that the sample's points make (:func:`reproduce_sample`)."""
+    return sweep_part(result, sample.tasks, sample.models, sample.seeds)
 
 
 def scorecard(result: Result) -> list[dict]:

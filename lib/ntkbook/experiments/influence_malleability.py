@@ -50,7 +50,8 @@ import numpy as np
 
 from ntkbook import verdicts
 from ntkbook.influence import interventions, landscape, training
-from ntkbook.influence.readout import TRAINED_ACC, flip_means, flip_ratio, stat, trained
+from ntkbook.influence.readout import (TRAINED_ACC, flip_means, flip_ratio, stat, sweep_part,
+                                      trained)
 from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, accuracy, input_dim,
                                      task_classes, task_data, targets)
 from ntkbook.models import attention, two_layer
@@ -60,6 +61,9 @@ from ntkbook.store import PointStore, Result
 
 NAME = "influence_malleability"
 VERSION = "1"
+
+#: arrays kept for the first seed only (the others are stacked over seeds)
+FIRST_SEED_ARRAYS = ("slice1d", "slice2d", "loss_curve", "loss_epochs")
 
 #: Paper A's flip rates (%) as reported in secondary notes of the paper: (task, model) -> attack -> %
 PAPER = {
@@ -211,7 +215,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                     bar.set_postfix(task=task, model=model, seed=seed)
                 prefix = f"{task}/{model}"
                 for name in runs[0][0]:
-                    if name in ("slice1d", "slice2d", "loss_curve", "loss_epochs"):
+                    if name in FIRST_SEED_ARRAYS:
                         arrays[f"{prefix}/{name}"] = runs[0][0][name]
                     else:
                         arrays[f"{prefix}/{name}"] = np.stack([r[0][name] for r in runs])
@@ -221,6 +225,21 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays,
                   scalars={"table": table, "tasks": TASK_LABELS, "models": MODELS,
                            "attacks": ATTACK_LABELS})
+
+
+def reproduce_sample(config: Config) -> tuple[Config, str]:
+    """The sample ``python -m ntkbook reproduce influence_malleability --sample`` recomputes: one
+    task (MNIST 3 vs 8 where the sweep has it), both models, the first seed (each point depends
+    only on its task, model and seed)."""
+    task = "mnist_3v8" if "mnist_3v8" in config.tasks else config.tasks[0]
+    sub = dataclasses.replace(config, tasks=(task,), seeds=config.seeds[:1])
+    return sub, (f"task {task}, seed {sub.seeds[0]} (of {len(config.tasks)} tasks x "
+                 f"{len(config.seeds)} seeds)")
+
+
+def sample_view(result: Result, sample: Config) -> tuple[dict, dict]:
+    """The part of ``result`` that the sample's points make (:func:`reproduce_sample`)."""
+    return sweep_part(result, sample.tasks, sample.models, sample.seeds, FIRST_SEED_ARRAYS)
 
 
 # --------------------------------------------------------------------------------------------------

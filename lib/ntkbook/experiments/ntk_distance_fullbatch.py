@@ -109,6 +109,30 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                            "cone": {k: prep["models"][k]["cone"] for k in config.models}})
 
 
+def reproduce_sample(config: Config) -> tuple[Config, str]:
+    """The sample ``python -m ntkbook reproduce ntk_distance_fullbatch --sample`` recomputes: the
+    first seed at the widths up to 1024, both models (each point depends only on its model, width
+    and seed; the task is prepared as in the full run)."""
+    widths = tuple(m for m in config.widths if m <= 1024) or config.widths[:1]
+    sub = dataclasses.replace(config, widths=widths, seeds=config.seeds[:1])
+    return sub, (f"seed {sub.seeds[0]} of {len(config.seeds)}, widths "
+                 f"{', '.join(map(str, widths))} of {', '.join(map(str, config.widths))}")
+
+
+def sample_view(result: Result, sample: Config) -> tuple[dict, dict]:
+    """The part of ``result`` that the sample's points make (:func:`reproduce_sample`): their
+    rows (in run order), the first seed's test outputs at the sample's widths, and the task's
+    scalars."""
+    keep = {(m, w, s) for m in sample.models for w in sample.widths for s in sample.seeds}
+    rows = [r for r in result["rows"] if (r["model"], r["width"], r["seed"]) in keep]
+    arrays = {k: v for k, v in result.arrays.items()
+              if k.split("/")[0] in sample.models
+              and int(k.split("/")[1].removeprefix("m=")) in sample.widths}
+    scalars = {"rows": rows, "task": result["task"], "n_train": result["n_train"],
+               "cone": {m: result["cone"][m] for m in sample.models}}
+    return arrays, scalars
+
+
 def table(result: Result, key: str = "dist_net_lin") -> dict[tuple[str, int], np.ndarray]:
     """``(model, width) -> values over seeds`` of one scalar of the rows."""
     out: dict[tuple[str, int], list] = {}

@@ -13,7 +13,7 @@ import numpy as np
 from ntkbook.stats import mean_spread
 from ntkbook.store import Result
 
-__all__ = ["TRAINED_ACC", "stat", "trained", "flip_means", "flip_ratio", "separation"]
+__all__ = ["TRAINED_ACC", "stat", "trained", "flip_means", "flip_ratio", "separation", "sweep_part"]
 
 #: a model counts as trained when its final training accuracy reaches this
 TRAINED_ACC = 0.8
@@ -59,3 +59,28 @@ def separation(a, b, spreads: float = 2.0) -> int:
     if mean_b - mean_a > spreads * spread:
         return -1
     return 0
+
+
+def sweep_part(result: Result, tasks, models, seeds, first_seed_only=()) -> tuple[dict, dict]:
+    """The part of a task x model x seed sweep's result that belongs to ``tasks x models x seeds``
+    (``seeds`` a subset of ``result.config["seeds"]``, beginning with its first seed), as
+    ``(arrays, {"table": ...})``: the arrays ``<task>/<model>/<name>`` (per-seed stacks of shape
+    ``(n_seeds, ...)`` cut to those seeds; the names in ``first_seed_only``, which hold the first
+    seed's array alone, kept whole) and the per-seed lists of ``table["<task>/<model>"]`` cut to
+    those seeds. It is what a rerun of the smaller sweep must reproduce exactly
+    (:mod:`ntkbook.freshness`)."""
+    all_seeds = list(result.config["seeds"])
+    if not seeds or seeds[0] != all_seeds[0] or not set(seeds) <= set(all_seeds):
+        raise ValueError(f"seeds {list(seeds)} must be a subset of {all_seeds} beginning with its "
+                         f"first seed")
+    idx = [all_seeds.index(s) for s in seeds]
+    arrays, table = {}, {}
+    for task in tasks:
+        for model in models:
+            prefix = f"{task}/{model}"
+            for key, value in result.arrays.items():
+                head, _, name = key.rpartition("/")
+                if head == prefix:
+                    arrays[key] = value if name in first_seed_only else np.asarray(value)[idx]
+            table[prefix] = {k: [v[i] for i in idx] for k, v in result["table"][prefix].items()}
+    return arrays, {"table": table}
