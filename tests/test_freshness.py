@@ -1,0 +1,259 @@
+"""Whether a stored result still comes from today's code (ntkbook.freshness), `reproduce`, and
+the refusal of non-finite results."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ntkbook import experiments, freshness
+from ntkbook.experiments import demo_sweep
+from ntkbook.influence.readout import sweep_part
+from ntkbook.store import Result, Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _scratch(tmp_path, monkeypatch):
+    monkeypatch.setenv("NTKBOOK_SCRATCH", str(tmp_path / "scratch"))
+    monkeypatch.delenv("NTKBOOK_ALLOW_DIRTY", raising=False)
+
+
+# -- compare -------------------------------------------------------------------------------------
+def test_compare_identical_within_and_beyond_tolerance():
+    stored = freshness.flatten({"a": np.array([1.0, 2.0, 1e-30])},
+                               {"t": {"x": 0.5, "n": 3, "s": "ok", "v": [1.0, 2.0]}})
+    same = freshness.compare(stored, dict(stored))
+    assert same.agree and "identical" in same.summary()
+    # 1e-30 next to 2.0: within the array's scale (atol is relative to the largest magnitude)
+    close = dict(stored, a=np.array([1.0 + 1e-9, 2.0, 0.0]))
+    assert freshness.compare(stored, close).agree
+    far = dict(stored, a=np.array([1.001, 2.0, 1e-30]))
+    cmp = freshness.compare(stored, far)
+    assert not cmp.agree and cmp.failures[0].key == "a" and "`a`" in cmp.summary()
+    assert math.isclose(cmp.failures[0].max_abs, 1e-3, rel_tol=1e-6)
+    # a scalar's tolerance is relative to itself: a change of a tiny scalar is seen
+    tiny = freshness.flatten({}, {"x": 1e-30})
+    assert not freshness.compare(tiny, freshness.flatten({}, {"x": 2e-30})).agree
+
+
+@pytest.mark.parametrize("fresh, why", [
+    ({"a": np.ones(3)}, "shape"),
+    ({"a": np.array([1.0, np.nan])}, "NaN"),
+    ({"a": np.array([1.0, np.inf])}, "infinity"),
+    ({}, "missing in the rerun"),
+    ({"a": np.ones(2), "b": 1.0}, "missing in the stored result"),
+])
+def test_compare_mismatches_are_failures(fresh, why):
+    cmp = freshness.compare({"a": np.ones(2)}, fresh)
+    assert not cmp.agree and why in cmp.summary()
+
+
+def test_compare_nan_and_inf_agree_with_themselves_and_ignore_patterns():
+    stored = {"a": np.array([np.nan, np.inf, 1.0]), "run.seconds": 3.0, "label": "x"}
+    fresh = {"a": np.array([np.nan, np.inf, 1.0]), "run.seconds": 9.0, "label": "x"}
+    cmp = freshness.compare(stored, fresh)
+    assert cmp.agree and "run.seconds" in cmp.ignored  # wall times are never compared
+    assert not freshness.compare(stored, dict(fresh, label="y")).agree
+    cmp = freshness.compare({"a": 1.0, "b": 1.0}, {"a": 1.1, "b": 1.0},
+                            {"loose": {"a": {"rtol": 0.2}}})
+    assert cmp.agree
+
+
+def test_flatten_paths():
+    flat = freshness.flatten({"x": np.zeros(2)},
+                             {"table": {"m/relu": {"flip": [0.1, 0.2]}}, "rows": [{"w": 16}]})
+    assert set(flat) == {"x", "table.m/relu.flip", "rows[0].w"}
+    np.testing.assert_array_equal(flat["table.m/relu.flip"], [0.1, 0.2])
+
+
+# -- freshness -----------------------------------------------------------------------------------
+def _demo_result(code: str | None, reverified=()):
+    config = dataclasses.asdict(demo_sweep.Config.smoke())
+    prov = {"date": "2026-11-01T00:00:00+00:00", "code_sha256": code,
+            "versions": {"jax": "0.0.1", "jaxlib": "0.0.1"}, "backend": "gpu"}
+    return Result("demo_sweep", config, provenance=prov, reverified=list(reverified))
+
+
+def test_freshness_states():
+    now = experiments.code_hash(demo_sweep.__name__)
+    env = {"jax": "0.0.1", "jaxlib": "0.0.1", "backend": "gpu", "x64": False}
+    f = freshness.freshness(_demo_result(now), env=env)
+    assert f.today and f.label == freshness.TODAY and f.sentence() == "Today's code."
+    f = freshness.freshness(_demo_result("0" * 16), env=env)
+    assert not f.today and "never re-verified" in f.sentence()
+    assert "python -m ntkbook reproduce demo_sweep" in f.sentence()
+    rec = {"date": "2026-12-01T10:00:00+00:00", "agree": True, "code_sha256": now,
+           "sample": "seed 0 of 3", "environment": env}
+    f = freshness.freshness(_demo_result("0" * 16, [rec]), env=env)
+    assert f.today and f.sample == "seed 0 of 3" and "on a sample: seed 0 of 3" in f.sentence()
+    old = dict(rec, code_sha256="1" * 16, sample=None)
+    f = freshness.freshness(_demo_result("0" * 16, [old]), env=env)
+    assert not f.today and "last re-verified on 2026-12-01" in f.sentence()
+    # the environment beside the code: another jax or backend is said, not hidden
+    f = freshness.freshness(_demo_result(now), env={**env, "jax": "0.0.2", "backend": "cpu"})
+    assert f.today and f.env_changes == ("jax 0.0.1 -> 0.0.2", "backend gpu -> cpu")
+    assert "another environment" in f.sentence()
+
+
+def test_every_stored_config_is_rebuilt_exactly():
+    store = experiments.store_for("paper")
+    for row in store.list():
+        assert row["status"] == "ok", row
+        config = experiments.config_from_dict(row["name"], row["config"])
+        assert store.entry_dir(row["name"], row["version"], config).name == row["entry"]
+
+
+# -- non-finite results --------------------------------------------------------------------------
+def test_non_finite_scalars_are_refused_unless_declared(tmp_path):
+    res = Result("x", {}, scalars={"slope": math.nan, "table": {"a": [1.0, math.inf]}})
+    with pytest.raises(experiments.NonFiniteResult, match=r"slope = nan.*table\.a\[1\] = inf"):
+        experiments.check_finite("x", res)
+    experiments.check_finite("x", res, {"slope": "why", "table.a*": "why"})
+    with pytest.raises(experiments.NonFiniteResult, match="slope"):
+        experiments.check_finite("x", res, {"table.a*": "why"})
+
+
+def test_a_run_with_a_nan_is_not_stored(tmp_path, monkeypatch):
+    store = Store(tmp_path / "results")
+    config = demo_sweep.Config.smoke()
+    real = demo_sweep.run
+
+    def broken(cfg, points=None):
+        out = real(cfg, points)
+        out.scalars["loglog_slope"] = math.nan
+        return out
+
+    monkeypatch.setattr(demo_sweep, "run", broken)
+    with pytest.raises(experiments.NonFiniteResult, match="loglog_slope"):
+        experiments.run_and_save("demo_sweep", config, store)
+    assert not store.has("demo_sweep", demo_sweep.VERSION, config)
+
+
+# -- samples -------------------------------------------------------------------------------------
+def test_sweep_part_cuts_seeds_and_keeps_first_seed_arrays():
+    res = Result("x", {"seeds": [0, 1, 2]},
+                 arrays={"t/relu/inf": np.arange(6).reshape(3, 2), "t/relu/slice": np.ones(4),
+                         "u/relu/inf": np.zeros((3, 2))},
+                 scalars={"table": {"t/relu": {"flip": [0.1, 0.2, 0.3]},
+                                    "u/relu": {"flip": [0.0, 0.0, 0.0]}}})
+    arrays, scalars = sweep_part(res, ["t"], ["relu"], [0], first_seed_only=("slice",))
+    assert set(arrays) == {"t/relu/inf", "t/relu/slice"}
+    np.testing.assert_array_equal(arrays["t/relu/inf"], [[0, 1]])
+    assert arrays["t/relu/slice"].shape == (4,)
+    assert scalars == {"table": {"t/relu": {"flip": [0.1]}}}
+    with pytest.raises(ValueError, match="beginning with its first seed"):
+        sweep_part(res, ["t"], ["relu"], [1])
+
+
+def test_sample_configs_are_subsets():
+    for name in experiments.EXPERIMENTS:
+        module = experiments.get(name)
+        if not hasattr(module, "reproduce_sample"):
+            continue
+        assert hasattr(module, "sample_view"), name
+        full = module.Config.paper()
+        sub, what = module.reproduce_sample(full)
+        assert what and sub != full, name
+        for f in dataclasses.fields(full):
+            a, b = getattr(full, f.name), getattr(sub, f.name)
+            assert a == b or (isinstance(a, tuple) and set(b) < set(a)), (name, f.name)
+        assert sub.seeds[0] == full.seeds[0], name  # first-seed-only arrays stay comparable
+
+
+# -- reproduce -----------------------------------------------------------------------------------
+def test_reproduce_records_agreement_in_the_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("NTKBOOK_GIT_COMMIT", "abc1234")
+    store = Store(tmp_path / "results")
+    config = demo_sweep.Config.smoke()
+    experiments.run_and_save("demo_sweep", config, store)
+    reps = freshness.reproduce("demo_sweep", store, report=lambda s: None)
+    assert len(reps) == 1 and reps[0].agree and reps[0].recorded is not None
+    loaded = store.load("demo_sweep", demo_sweep.VERSION, config)
+    assert loaded.reverified[0]["agree"] and loaded.reverified[0]["code_sha256"]
+    assert store.list()[0]["status"] == "ok"  # the re-signed JSON still verifies
+    # the result itself is untouched
+    assert loaded.scalars == store.load("demo_sweep", demo_sweep.VERSION, config).scalars
+    with pytest.raises(freshness.ReproduceError, match="no stored entry 9-x"):
+        freshness.reproduce("demo_sweep", store, entries=["9-x"], report=lambda s: None)
+    with pytest.raises(freshness.ReproduceError, match="defines no sample"):
+        freshness.reproduce("demo_sweep", store, sample=True, report=lambda s: None)
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    """A copy of the library (no git) and of the stored demo_sweep entry."""
+    root = tmp_path / "tree"
+    shutil.copytree(REPO / "lib", root / "lib",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    entry = next((REPO / "results" / "demo_sweep").iterdir())
+    shutil.copytree(entry, root / "results" / "demo_sweep" / entry.name)
+    return root
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root / "lib"), "NTKBOOK_GIT_COMMIT": "abc1234",
+           "NTKBOOK_SCRATCH": str(root / ".scratch"), "NTKBOOK_RESULTS": str(root / "results")}
+    return subprocess.run([sys.executable, "-m", "ntkbook", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_an_edited_experiment_makes_its_result_stale_until_a_rerun_agrees(tmp_path):
+    root = _copy_tree(tmp_path)
+    out = _cli(root, "verify", "--results", str(root / "results"))
+    assert out.returncode == 0 and "today's code" in out.stdout, out.stdout + out.stderr
+    src = root / "lib" / "ntkbook" / "experiments" / "demo_sweep.py"
+    text = src.read_text()
+    # 1. an edit that does not change the numbers: stale until reproduced, then today's again
+    src.write_text(text + "\n# a harmless edit\n")
+    out = _cli(root, "verify", "--results", str(root / "results"))
+    assert "earlier code, never re-verified" in out.stdout, out.stdout
+    out = _cli(root, "reproduce", "demo_sweep")
+    assert out.returncode == 0 and "reproduces it" in out.stdout, out.stdout + out.stderr
+    out = _cli(root, "verify", "--results", str(root / "results"))
+    assert out.returncode == 0 and "today's code" in out.stdout, out.stdout
+    # 2. an edit that moves a number: reproduce fails, names the entry and the value, and the
+    # entry stays "earlier code"
+    line = "    slope = loglog_slope(n, errors)\n"
+    assert line in text, "demo_sweep changed: update this test's edit"
+    src.write_text(text.replace(line, "    errors = [e * 1.5 for e in errors]\n" + line))
+    moved = _cli(root, "reproduce", "demo_sweep")
+    assert moved.returncode == 1, moved.stdout + moved.stderr
+    assert "DOES NOT reproduce" in moved.stdout and "demo_sweep" in moved.stderr
+    out = _cli(root, "verify", "--results", str(root / "results"))
+    assert "earlier code, last re-verified" in out.stdout, out.stdout
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    root = _copy_tree(tmp_path)
+    out = _cli(root, "reproduce", "demo_sweep", "--entry", "9-nothing")
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and "Traceback" not in out.stderr
+    out = _cli(root, "reproduce")
+    assert out.returncode == 2 and "--all" in out.stderr
+
+
+# -- CI re-verifies the cheap stored entries -----------------------------------------------------
+#: stored entries recomputed by every test run (seconds each): a code change that moves one of
+#: their numbers fails here, naming the entry and the value
+CHEAP = ["demo_sweep", "gram_conditioning", "lanczos_ghosts"]
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_cheap_stored_results_are_reproduced_by_todays_code(name, tmp_path):
+    src = experiments.store_for("paper")
+    store = Store(tmp_path / "results")
+    for entry in (src.root / name).iterdir():
+        shutil.copytree(entry, store.root / name / entry.name)
+    reps = freshness.reproduce(name, store, record=False, report=lambda s: None)
+    for rep in reps:
+        assert rep.agree, (f"today's code no longer reproduces the stored {name} entry "
+                           f"{rep.entry.name}: {rep.comparison.summary(n=5)}")
