@@ -12,6 +12,7 @@ or in a correct resume, and nothing finished may be lost:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ def result_files(root):
     """The files in a results folder other than its git-ignored entry locks (``.locks/``)."""
     return [p for p in root.rglob("*")
             if p.is_file() and store_mod.LOCKS not in p.relative_to(root).parts]
+
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 CONFIG = demo_sweep.Config.smoke()
@@ -283,3 +285,98 @@ def test_disk_full_while_checkpointing(tmp_path, env):
     rc, out, err = child(env, results)
     assert rc == 0, err
     np.testing.assert_array_equal(stored(results)["rms_error"], reference()["rms_error"])
+
+
+# -- two checkouts on one results folder ----------------------------------------------------------
+TWO_CHECKOUTS = r"""
+import json, os, sys
+import numpy as np
+from ntkbook.store import Result, Store, StoreError
+role, root, scratch, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+store = Store(root, scratch=scratch)
+config = {"k": 1}
+counts = {"saves": 0, "loads": 0, "lists": 0, "failures": 0, "errors": []}
+for i in range(n):
+    try:
+        if role == "writer":
+            x = np.full(20000, float(i))  # each save changes the content
+            store.save(Result("exp", config, arrays={"x": x}, scalars={"i": i}), "1")
+            counts["saves"] += 1
+        else:
+            r = store.load("exp", "1", config)
+            assert float(r["x"][0]) == r["i"], "npz and json from different saves"
+            counts["loads"] += 1
+            rows = store.list()
+            assert [row["status"] for row in rows] == ["ok"], rows
+            counts["lists"] += 1
+    except (StoreError, AssertionError) as exc:
+        counts["failures"] += 1
+        counts["errors"].append(str(exc)[:200])
+print(json.dumps(counts))
+"""
+
+
+def test_two_checkouts_share_one_results_folder(tmp_path):
+    """Two processes with their own scratch folders (two checkouts) on one results folder: one
+    rewrites an entry while the other loads and lists it; no load fails, no row reads corrupt."""
+    root = tmp_path / "results"
+    Store(root, scratch=tmp_path / "a").save(
+        Result("exp", {"k": 1}, arrays={"x": np.zeros(20000)}, scalars={"i": 0}), "1")
+    env = {**os.environ, "PYTHONPATH": str(LIB)}
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_CHECKOUTS, role, str(root),
+                               str(tmp_path / scratch), "200"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for role, scratch in (("writer", "a"), ("reader", "b"))]
+    outs = [p.communicate(timeout=300) for p in procs]
+    counts = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    print(f"two checkouts: {counts[0]['saves']} saves against {counts[1]['loads']} loads and "
+          f"{counts[1]['lists']} lists, {counts[0]['failures'] + counts[1]['failures']} failures")
+    assert counts[0]["saves"] == 200 and counts[1]["loads"] == 200 and counts[1]["lists"] == 200, \
+        (counts, [err for _, err in outs])
+    assert all(c["failures"] == 0 for c in counts), counts
+
+
+def test_a_stored_entry_loads_under_a_shared_lock(tmp_path):
+    """Loading a stored entry through get_or_compute takes only the shared lock: it goes ahead
+    while another reader holds the entry (an exclusive lock would be refused with wait=False)."""
+    import fcntl
+
+    store = Store(tmp_path / "results", scratch=tmp_path / "s")
+    store.save(Result("demo_sweep", dataclasses.asdict(CONFIG), arrays={"x": np.ones(2)}), "1")
+    path = store.lock_path("demo_sweep", "1", dataclasses.asdict(CONFIG))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # another reader
+        got = store.get_or_compute("demo_sweep", "1", dataclasses.asdict(CONFIG),
+                                   lambda points: pytest.fail("recomputed"), wait=False)
+        assert got["x"].tolist() == [1.0, 1.0]
+        with pytest.raises(StoreError, match="being computed"):
+            with store.lock("demo_sweep", "1", dataclasses.asdict(CONFIG), wait=False):
+                pass
+    finally:
+        os.close(fd)
+    assert (store.root / store_mod.LOCKS / ".gitignore").read_text().strip().endswith("*")
+
+
+def test_a_read_only_results_folder_is_read_without_locks(tmp_path, env):
+    results = tmp_path / "results"
+    Store(results).save(Result("exp", {"k": 1}, arrays={"x": np.ones(2)}), "1")
+    shutil.rmtree(results / store_mod.LOCKS)
+    code = ("from ntkbook.store import Store; import sys; "
+            "r = Store(sys.argv[1]).load('exp', '1', {'k': 1}); print(r['x'].sum())")
+    prefix = ()
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: cannot make a folder read-only")
+        prefix = ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
+    for folder in (results, *results.rglob("*")):
+        if folder.is_dir():
+            folder.chmod(0o555)
+    try:
+        out = subprocess.run([*prefix, sys.executable, "-c", code, str(results)], env=env,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        for folder in (results, *results.rglob("*")):
+            if folder.is_dir():
+                folder.chmod(0o755)
+    assert out.returncode == 0 and out.stdout.strip() == "2.0", out.stderr
