@@ -257,3 +257,19 @@ def test_cheap_stored_results_are_reproduced_by_todays_code(name, tmp_path):
     for rep in reps:
         assert rep.agree, (f"today's code no longer reproduces the stored {name} entry "
                            f"{rep.entry.name}: {rep.comparison.summary(n=5)}")
+
+
+def test_a_reverification_from_uncommitted_code_is_refused_in_a_clean_store(tmp_path):
+    from ntkbook.store import StoreError
+
+    store = Store(tmp_path / "results", require_clean=True)
+    store.save(Result("exp", {"k": 1}, arrays={"x": np.ones(2)}), "1")
+    dirty = {"date": "2026-12-01", "agree": True, "code_sha256": "0" * 16,
+             "provenance": {"git_commit": "abc", "git_dirty": True}}
+    with pytest.raises(StoreError, match="not a known commit"):
+        store.add_reverification("exp", "1", {"k": 1}, dirty)
+    clean = dict(dirty, provenance={"git_commit": "abc", "git_dirty": False})
+    store.add_reverification("exp", "1", {"k": 1}, clean)
+    assert store.load("exp", "1", {"k": 1}).reverified == [clean]
+    assert json.loads((store.entry_dir("exp", "1", {"k": 1}) / "result.json").read_text())[
+        "reverified"] == [clean]
