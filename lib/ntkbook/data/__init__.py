@@ -221,13 +221,20 @@ def load_cifar10(data_dir: str | os.PathLike | None = None, variant: str | None 
     - ``"lossless"``: the archive's own pixels, built by ``make data`` from the canonical
       ``cifar-10-python.tar.gz`` (:func:`ntkbook.data.fetch.build_cifar10_subset`).
 
-    ``variant=None`` takes the JPEG file where it is found, else the lossless one (fetched when
-    missing). ``Dataset.source`` says which one was read and from where.
+    ``variant=None`` takes the first search folder (:func:`search_dirs`) that holds either, the JPEG
+    file where a folder holds both; where none does, the lossless one is fetched (unless offline).
+    ``Dataset.source`` says which one was read and from where.
     """
     if variant is not None and variant not in CIFAR10_VARIANTS:
         raise ValueError(f"unknown CIFAR-10 variant {variant!r}; choose one of {sorted(CIFAR10_VARIANTS)}")
-    if variant is None:
-        variant = "jpeg-q75" if _look(fetch.CIFAR10_JPEG, data_dir) is not None else "lossless"
+    if variant is None:  # the first search folder holding either; the JPEG one where both are
+        variant = "lossless"
+        for d in search_dirs("cifar10", data_dir):
+            if (d / fetch.data_file(fetch.CIFAR10_JPEG).name).is_file():
+                variant = "jpeg-q75"
+                break
+            if (d / fetch.data_file(fetch.CIFAR10_LOSSLESS).name).is_file():
+                break
     path_in_dir, what = CIFAR10_VARIANTS[variant]
     also = fetch.CIFAR10_JPEG if variant == "lossless" else None
     path = _verified_file(path_in_dir, data_dir, also=also)

@@ -346,7 +346,10 @@ def download(url: str, dest: str | os.PathLike, *, check: Callable[[Path], None]
         except http.client.IncompleteRead:
             pass  # reported below with the byte counts
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(exc, urllib.error.HTTPError):
+                reason = f"HTTP {exc.code} {exc.reason}"
+            else:
+                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise DownloadError(
                 f"the download from {url} failed ({type(exc).__name__}: {reason}); nothing was kept. "
                 f"Check the network and rerun `make data`, or download it by hand to {dest}.") from exc
