@@ -273,18 +273,25 @@ def file_sha256(path: str | os.PathLike, checked: str = "bytes") -> str:
     return h.hexdigest()
 
 
-def verify_file(f: DataFile, path: str | os.PathLike) -> None:
+def verify_file(f: DataFile, path: str | os.PathLike, *, url: str | None = None) -> None:
     """Check the file at ``path`` as the loaders do: its recorded sha256, or, where none is recorded
-    (the lossless CIFAR-10 subset), its layout. Raises :class:`ChecksumError`."""
+    (the lossless CIFAR-10 subset), its layout. Raises :class:`ChecksumError`; ``url``: the file is
+    a download from there (the message says so)."""
     if f.sha256 is None:
         check_cifar10_subset(path)
         return
     got = file_sha256(path, f.checked)
-    if got != f.sha256:
-        what = "the decoded content has sha256" if f.checked == "gunzipped" else "sha256"
+    if got == f.sha256:
+        return
+    what = "the decoded content has sha256" if f.checked == "gunzipped" else "sha256"
+    if url is not None:
         raise ChecksumError(
-            f"{f.dataset}: checksum mismatch for {path}: {what} {got}, expected {f.sha256}. The file "
-            "is corrupt or another version; delete it and fetch it again (make data).")
+            f"{f.dataset}: the download from {url} does not give {f.path}: {what} {got}, expected "
+            f"{f.sha256}. It was corrupted in transit or the source changed; nothing was kept. Rerun "
+            "`make data`; if it persists, the source has changed: report it.")
+    raise ChecksumError(
+        f"{f.dataset}: checksum mismatch for {path}: {what} {got}, expected {f.sha256}. The file "
+        "is corrupt or another version; delete it and fetch it again (make data).")
 
 
 def _check_download(f: DataFile, path: Path, url: str) -> None:
@@ -517,11 +524,11 @@ def fetch_file(f: DataFile, dest: str | os.PathLike, *, report: Callable[[str], 
     if f.derive == "copy":
         def check(part: Path, url: str) -> None:
             _check_download(f, part, url)
-            verify_file(f, part)
+            verify_file(f, part, url=url)
 
         _download_any(f, target, check=check)
     elif f.derive == "head":
-        _download_any(f, target, max_bytes=f.head_bytes, check=lambda part, url: verify_file(f, part))
+        _download_any(f, target, max_bytes=f.head_bytes, check=lambda part, url: verify_file(f, part, url=url))
     elif f.derive == "cifar10-subset":
         archive = dest / f.download_as
         archive_entry = dataclasses.replace(f, path=f.download_as, sha256=f.download_sha256)
