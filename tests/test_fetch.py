@@ -184,6 +184,10 @@ def test_missing_file_on_the_server(server, tmp_path):
                            note="a fake", urls=(base + "none.bin",))
     with pytest.raises(fetch.DownloadError, match=rf"download from {base}none.bin failed \(HTTPError: HTTP 404 .*make data"):
         fetch.fetch_file(entry, tmp_path / "dest", report=lambda s: None)
+    entry = dataclasses.replace(entry, urls=(base + "none.bin", base + "mirror/none.bin"))
+    with pytest.raises(fetch.DownloadError, match=rf"every source of fake/none.bin failed: .*{base}none.bin "
+                                                  rf".*HTTP 404.* \| .*{base}mirror/none.bin .*HTTP 404"):
+        fetch.fetch_file(entry, tmp_path / "dest", report=lambda s: None)
     assert _leftovers(tmp_path / "dest") == []
 
 

@@ -385,7 +385,9 @@ def _download_any(f: DataFile, dest: Path, *, check: Callable[[Path, str], None]
         except (DownloadError, ChecksumError) as exc:
             errors.append(exc)
     bad = [e for e in errors if isinstance(e, ChecksumError)]
-    raise (bad or errors)[-1]
+    if bad or len(errors) == 1:
+        raise (bad or errors)[-1]
+    raise DownloadError(f"every source of {f.path} failed: " + " | ".join(str(e) for e in errors))
 
 
 # --------------------------------------------------------------------------------------------------
