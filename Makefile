@@ -24,12 +24,13 @@ ifeq ($(origin NTKBOOK_DATA), undefined)
   endif
 endif
 
-.PHONY: help setup book chapter lab test browser clean
+.PHONY: help setup data book chapter lab test browser clean
 
 help:
 	@echo "make book              build the book into _build/\$$SCALE/html (SCALE=paper by default, SCALE=smoke for CI size)"
 	@echo "make chapter CH=name   execute one chapter (book/name.md) and render the book, reusing the others' last notebooks"
 	@echo "make lab CH=name       open a chapter as a notebook in JupyterLab (installs the [notebook] extra)"
+	@echo "make data              fetch and check every data file (DATA=dir, default \$$NTKBOOK_DATA or ~/.cache/ntkbook; CH=name: one chapter's)"
 	@echo "make test              run all tests (unit, chapters at smoke scale, book build, browser check)"
 	@echo "make clean             remove build outputs"
 
@@ -41,6 +42,12 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed
+
+# Every data file the book reads, from its canonical source, checksum-checked (README, "Data");
+# files already present and correct are kept. DATA=dir fills that folder instead of $NTKBOOK_DATA
+# (else ~/.cache/ntkbook); CH=name fetches only what chapter book/name.md reads.
+data: setup
+	$(PY) -m ntkbook.data fetch $(if $(CH),--chapter $(CH),--all) $(if $(DATA),--dest $(DATA))
 
 book: setup
 	$(PY) -m ntkbook.book.build --scale $(SCALE)

