@@ -387,3 +387,12 @@ def test_cli_fetch_chapter_and_errors(server, tmp_path, monkeypatch, capsys, env
     assert fetch.main(["list"]) == 0
     listing = capsys.readouterr().out
     assert all(f.path in listing for f in fetch.FILES) and "chapters: gemma" in listing
+
+
+def test_the_book_cli_passes_data_commands_on(capsys):
+    from ntkbook.__main__ import main as cli
+
+    assert cli(["data", "list"]) == 0
+    assert "tinystories/tinystories_train_head_2MiB.txt" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli(["data", "fetch", "--chapter", "no_such_chapter"])

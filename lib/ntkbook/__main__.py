@@ -6,6 +6,7 @@
 ``python -m ntkbook reproduce NAME [--sample]``   recompute stored entries with today's code,
                                                   compare, and record the agreement
 ``python -m ntkbook rehash``                      add content hashes to entries from before them
+``python -m ntkbook data fetch --chapter NAME``   fetch the data a chapter reads (see ``data list``)
 """
 
 from __future__ import annotations
@@ -119,6 +120,11 @@ def _cmd_rehash(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["data"]:  # the data files have their own command line
+        from ntkbook.data.fetch import main as data_main
+
+        return data_main(argv[1:], prog="python -m ntkbook data")
     parser = argparse.ArgumentParser(prog="python -m ntkbook", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -140,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--allow-dirty", action="store_true",
                      help=f"store a paper-scale result computed from uncommitted code, marked as "
                           f"such in its provenance (same as {ALLOW_DIRTY_ENV}=1)")
+    sub.add_parser("data", help="the book's data files: `data list`, `data fetch --all | --only "
+                                "NAME ... | --chapter NAME ...` (python -m ntkbook data -h)",
+                   add_help=False)
     rep = sub.add_parser("reproduce", help="recompute stored entries with today's code, compare "
                                            "every value, and record the agreement in the entry")
     rep.add_argument("names", nargs="*", metavar="NAME", help="experiments to reproduce")

@@ -580,9 +580,9 @@ def _table() -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m ntkbook.data") -> int:
     """``fetch`` and ``list`` (see the module docstring); errors print as one line, exit status 2."""
-    parser = argparse.ArgumentParser(prog="python -m ntkbook.data",
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="The book's data files: list their routes, fetch them.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("fetch", help="download and check the data files (skips those present)")
