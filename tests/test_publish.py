@@ -1,0 +1,345 @@
+"""Publishing the book: the one repository URL and where the build writes it, the student edition,
+the Colab notebooks, the internal link check, the workflows (linted), licence and citation."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+import yaml
+
+from ntkbook.book import build as bookbuild, editions, htmlcheck, notebooks
+from ntkbook.errors import InputError, NtkbookError
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO / ".github" / "workflows"
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _config() -> dict:
+    return yaml.safe_load((REPO / "_config.yml").read_text())
+
+
+def _final_sphinx_config(cfg: dict) -> dict:
+    """What jupyter-book makes of ``cfg`` (its own translation to Sphinx's configuration)."""
+    from jupyter_book.config import get_final_config
+
+    final, _ = get_final_config(user_yaml=cfg, cli_config={"latex_individualpages": False}, sourcedir=REPO)
+    return final
+
+
+def _theme_buttons(final: dict, page: str) -> list[dict]:
+    """The header buttons sphinx-book-theme adds to ``page`` (a chapter, shown as a notebook) with
+    the Sphinx configuration ``final``: its own code, run on a stand-in for the Sphinx app."""
+    from sphinx_book_theme.header_buttons import update_context_with_repository_info
+    from sphinx_book_theme.header_buttons.launch import add_launch_buttons
+
+    class Config(SimpleNamespace):
+        def __getitem__(self, key):
+            return getattr(self, key)
+
+    config = Config(html_theme_options=final["html_theme_options"], html_context={})
+    app = SimpleNamespace(builder=None, config=config, env=SimpleNamespace(
+        doc2path=lambda name: f"/src/{name}.ipynb", metadata={page: {"kernelspec": {"name": "python3"}}}))
+    update_context_with_repository_info(app)
+    context = {"pagename": page, "sourcename": f"{page}.ipynb.txt", "header_buttons": [], **config.html_context}
+    add_launch_buttons(app, page, "page.html", context, None)
+    return [b for group in context["header_buttons"] for b in group["buttons"]]
+
+
+# ------------------------------------------------------------------------------------------------
+# the repository URL: one setting, written everywhere by the build
+# ------------------------------------------------------------------------------------------------
+def test_repository_url_is_set_in_one_place():
+    text = "\n".join((REPO / f).read_text() for f in ("_config.yml", "pyproject.toml", "Makefile"))
+    assert "ntkbook/ntkbook" not in text, "the placeholder repository URL is back"
+    cfg = _config()
+    theme = cfg["sphinx"]["config"]["html_theme_options"]
+    assert not {"repository_url", "repository_branch", "launch_buttons"} & set(theme), \
+        "the repository URL and the launch buttons are written by the build from repository.url"
+    assert "baseurl" not in cfg["html"] and "use_repository_button" not in cfg["html"]
+
+
+def test_site_config_with_a_url(monkeypatch):
+    monkeypatch.delenv("NTKBOOK_REPOSITORY_URL", raising=False)
+    cfg = _config()
+    cfg["repository"]["url"] = "git@github.com:Some-Owner/ntk-course.git"
+    url = bookbuild.repository_url(cfg)
+    assert url == "https://github.com/Some-Owner/ntk-course"
+    site = bookbuild.site_config(cfg, url)
+    final = _final_sphinx_config(site)
+    theme = final["html_theme_options"]
+    assert theme["repository_url"] == url and theme["use_repository_button"] is True
+    assert final["html_baseurl"] == "https://some-owner.github.io/ntk-course/"
+    buttons = _theme_buttons(final, "book/modular_mlp")
+    assert [b["url"] for b in buttons if b["text"] == "Colab"] == [
+        "https://colab.research.google.com/github/Some-Owner/ntk-course/blob/notebooks/book/modular_mlp.ipynb"]
+    # the notebooks the workflow writes are where the button points
+    assert bookbuild.NOTEBOOKS_BRANCH == "notebooks"
+    # an explicit base URL (a custom domain) is kept
+    cfg["html"]["baseurl"] = "https://ntk.example.org/"
+    assert _final_sphinx_config(bookbuild.site_config(cfg, url))["html_baseurl"] == "https://ntk.example.org/"
+
+
+def test_site_config_without_a_url_hides_the_buttons(monkeypatch):
+    monkeypatch.delenv("NTKBOOK_REPOSITORY_URL", raising=False)
+    cfg = _config()
+    cfg["repository"]["url"] = ""
+    assert bookbuild.repository_url(cfg) is None
+    site = bookbuild.site_config(cfg, None)
+    final = _final_sphinx_config(site)  # jupyter-book refuses a repository button without a URL
+    theme = final["html_theme_options"]
+    assert theme["use_repository_button"] is False
+    assert "repository_url" not in theme and "launch_buttons" not in theme
+    assert not final.get("html_baseurl")
+    assert "github.com" not in yaml.safe_dump(site)
+
+
+def test_repository_url_from_the_environment_and_bad_urls(monkeypatch):
+    cfg = _config()
+    monkeypatch.setenv("NTKBOOK_REPOSITORY_URL", "https://github.com/o/r/")
+    assert bookbuild.repository_url(cfg) == "https://github.com/o/r"
+    monkeypatch.setenv("NTKBOOK_REPOSITORY_URL", "/srv/git/book")
+    with pytest.raises(NtkbookError, match="not of the form https://github.com/OWNER/NAME"):
+        bookbuild.repository_url(cfg)
+    # a repository elsewhere: the repository button, no Colab (it opens GitHub notebooks only)
+    site = bookbuild.site_config(cfg, "https://gitlab.com/o/r")
+    theme = site["sphinx"]["config"]["html_theme_options"]
+    assert theme["repository_url"] == "https://gitlab.com/o/r" and "launch_buttons" not in theme
+    assert "baseurl" not in site["html"]
+
+
+def _fake_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in (*bookbuild.STAGED, "_static", "book"):
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, repo / name)
+    (repo / bookbuild.MATHJAX_DIR).mkdir()
+    return repo
+
+
+def test_stage_writes_the_url_into_the_staged_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("NTKBOOK_REPOSITORY_URL", "https://github.com/o/r")
+    repo = _fake_repo(tmp_path)
+    bookbuild.stage(tmp_path / "src", repo)
+    staged = yaml.safe_load((tmp_path / "src" / "_config.yml").read_text())
+    assert staged["sphinx"]["config"]["html_theme_options"]["repository_url"] == "https://github.com/o/r"
+    assert staged["html"]["baseurl"] == "https://o.github.io/r/"
+    assert "{solution" in (tmp_path / "src" / bookbuild.MYST_DIR / "book" / "intro.md").read_text()
+    bookbuild.stage(tmp_path / "student", repo, edition="student")
+    assert "{solution" not in (tmp_path / "student" / bookbuild.MYST_DIR / "book" / "intro.md").read_text()
+    assert yaml.safe_load((tmp_path / "student" / "_config.yml").read_text())["title"].endswith("(student edition)")
+
+
+# ------------------------------------------------------------------------------------------------
+# the student edition: no solutions, exercises kept
+# ------------------------------------------------------------------------------------------------
+CHAPTER = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# A chapter
+
+```{code-cell} ipython3
+:tags: [parameters]
+scale = "paper"
+x = 2
+```
+
+Text before the exercises.
+
+```{exercise}
+:label: ex-1
+
+Compute twice x.
+```
+
+```{solution} ex-1
+:class: dropdown
+
+It is 4.
+```
+
+````{exercise}
+:label: ex-2
+
+Square x, then print it:
+
+```python
+print(x ** 2)
+```
+````
+
+````{solution} ex-2
+:class: dropdown
+
+A code block inside the solution:
+
+```python
+print(4)
+```
+````
+
+```{exercise}
+:label: ex-3
+
+Cube x, with code.
+```
+
+```{solution-start} ex-3
+:class: dropdown
+```
+
+Cubing by hand:
+
+```{code-cell} ipython3
+cube = x ** 3
+print(cube)
+```
+
+which prints 8.
+
+```{solution-end}
+```
+
+```{code-cell} ipython3
+print("after the exercises", x)
+```
+
+Closing words.
+"""
+
+
+def _solution_text(text: str) -> list[str]:
+    return [s for s in ("It is 4.", "print(4)", "Cubing by hand", "cube = x ** 3", "which prints 8",
+                        "{solution", "solution-end") if s in text]
+
+
+def test_student_edition_strips_solutions_from_the_source():
+    out = editions.strip_solutions_text(CHAPTER)
+    assert _solution_text(CHAPTER)  # the teacher's source has them
+    assert _solution_text(out) == [], out
+    for kept in ("# A chapter", ":label: ex-1", ":label: ex-2", "print(x ** 2)", ":label: ex-3",
+                 'print("after the exercises", x)', "Closing words.", 'scale = "paper"'):
+        assert kept in out, kept
+    assert editions.strip_solutions_text(out) == out
+
+
+def test_student_edition_strips_solutions_from_the_notebook():
+    import jupytext
+
+    nb = jupytext.reads(CHAPTER, fmt="md:myst")
+    out = editions.strip_solutions_notebook(nb, "chapter")
+    text = "\n".join(c.source for c in out.cells)
+    assert _solution_text(text) == [], text
+    code = [c.source for c in out.cells if c.cell_type == "code"]
+    assert code == ['scale = "paper"\nx = 2', 'print("after the exercises", x)']
+    assert len([c for c in nb.cells if c.cell_type == "code"]) == 3, "the input notebook is not changed"
+    nbformat.validate(out)
+
+
+def test_student_edition_refuses_unbalanced_solutions():
+    with pytest.raises(InputError, match="not closed"):
+        editions.strip_solutions_text("```{solution-start} ex-1\n```\n\nno end\n")
+    with pytest.raises(InputError, match="without a"):
+        editions.strip_solutions_text("```{solution-end}\n```\n")
+
+
+def test_every_chapter_keeps_its_exercises_in_the_student_edition():
+    for chapter in bookbuild.toc_chapters(REPO):
+        text = (REPO / chapter).read_text()
+        out = editions.strip_solutions_text(text, chapter)
+        assert len(re.findall(r"^```\{exercise\}", out, re.M)) == len(re.findall(r"^```\{exercise\}", text, re.M))
+        assert not re.search(r"^(`{3,}|:{3,})\{solution", out, re.M), chapter
+
+
+def test_student_edition_is_built_into_its_own_folder(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(bookbuild, "build", lambda scale, *a, **kw: seen.update(scale=scale, **kw) or 0)
+    assert bookbuild.main(["--scale", "smoke", "--edition", "student"]) == 0
+    assert seen["edition"] == "student"
+    with pytest.raises(SystemExit):
+        bookbuild.main(["--edition", "pupil"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Colab notebooks
+# ------------------------------------------------------------------------------------------------
+def test_colab_notebook_starts_with_the_setup_cell(tmp_path):
+    src = tmp_path / "book" / "tiny.md"
+    src.parent.mkdir()
+    src.write_text(CHAPTER)
+    nb = notebooks.colab_notebook(src, "https://github.com/o/r", SHA)
+    nbformat.validate(nb)
+    first = nb.cells[0]
+    assert first.cell_type == "code" and notebooks.SETUP_TAG in first.metadata["tags"]
+    assert f"git clone --quiet https://github.com/o/r {notebooks.CLONE_DIR}" in first.source
+    assert f"checkout --quiet {SHA}" in first.source
+    assert f"%pip install --quiet -e {notebooks.CLONE_DIR}" in first.source
+    assert first.source.splitlines()[-1] == "!python -m ntkbook data fetch --chapter tiny"
+    assert "parameters" in nb.cells[1].metadata.get("tags", []) or "parameters" in nb.cells[2].metadata.get("tags", [])
+    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    with pytest.raises(InputError, match="40-hex"):
+        notebooks.colab_notebook(src, "https://github.com/o/r", "main")
+
+
+def test_write_notebooks_for_every_chapter_with_code(tmp_path):
+    out = tmp_path / "nb"
+    assert notebooks.main(["--out", str(out), "--url", "https://github.com/o/r", "--commit", SHA]) == 0
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.ipynb"))
+    expected = sorted(str(Path(c).with_suffix(".ipynb")) for c in bookbuild.toc_chapters(REPO)
+                      if "```{code-cell}" in (REPO / c).read_text())
+    assert written == expected and "book/modular_mlp.ipynb" in written
+    for path in out.rglob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert SHA in nb.cells[0].source and f"--chapter {path.stem}" in nb.cells[0].source
+
+
+# ------------------------------------------------------------------------------------------------
+# internal links of the built HTML (lychee, offline)
+# ------------------------------------------------------------------------------------------------
+def test_link_check_finds_broken_files_and_anchors(tmp_path):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (tmp_path / "index.html").write_text(
+        '<html><body><h1 id="top">Book</h1><a href="book/a.html#sec-1">chapter</a> <img src="img.png" alt="x">'
+        '<a href="#top">top</a> <a href="https://example.org/far/away">external</a></body></html>')
+    (tmp_path / "book" / "a.html").write_text(
+        '<html><body><h2 id="sec-1">One</h2><a href="../index.html#top">home</a></body></html>')
+    # theme templates under _static are not pages
+    (tmp_path / "_static" / "macros.html").write_text('<link href="{{ pathto(\'x.css\', 1) }}">')
+    assert htmlcheck.check_links(tmp_path) == []
+    (tmp_path / "book" / "b.html").write_text(
+        '<html><body><a href="../index.html#nowhere">bad anchor</a> <a href="missing.html">gone</a>'
+        '<img src="../lost.png" alt="y"></body></html>')
+    problems = htmlcheck.check_links(tmp_path)
+    assert len(problems) == 3, problems
+    assert all(p.startswith("book/b.html: ") for p in problems), problems
+    assert any("index.html#nowhere" in p for p in problems) and any("missing.html" in p for p in problems)
+    assert any("lost.png" in p for p in problems)
+
+
+def test_missing_pages_are_reported(tmp_path):
+    chapters = ["book/intro.md", "book/a.md"]
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.html").write_text("<html><body><main>Intro</main></body></html>")
+    assert htmlcheck.missing_pages(tmp_path, chapters) == ["book/a.html (for book/a.md)"]
+    (tmp_path / "book" / "a.html").write_text("")
+    assert htmlcheck.missing_pages(tmp_path, chapters) == ["book/a.html (for book/a.md): empty page"]
