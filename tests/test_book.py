@@ -50,6 +50,14 @@ def test_book_builds_with_warnings_as_errors(smoke_build):
     assert (OUT / "html" / "index.html").exists()
 
 
+def test_every_chapter_has_a_page_and_links_resolve(smoke_build):
+    """No partial build, and every internal link (pages, images, scripts, #anchors) resolves
+    (lychee, offline)."""
+    assert smoke_build["code"] == 0, "the book did not build"
+    assert htmlcheck.missing_pages(OUT / "html", CHAPTERS) == []
+    assert htmlcheck.check_links(OUT / "html") == []
+
+
 def test_source_tree_stays_clean(smoke_build):
     assert smoke_build["status_after"] == smoke_build["status_before"]
 

@@ -343,3 +343,89 @@ def test_missing_pages_are_reported(tmp_path):
     assert htmlcheck.missing_pages(tmp_path, chapters) == ["book/a.html (for book/a.md)"]
     (tmp_path / "book" / "a.html").write_text("")
     assert htmlcheck.missing_pages(tmp_path, chapters) == ["book/a.html (for book/a.md): empty page"]
+
+
+# ------------------------------------------------------------------------------------------------
+# the workflows: what each does, pinned actions, least privilege; actionlint and zizmor find nothing
+# ------------------------------------------------------------------------------------------------
+def _tool(name: str) -> str:
+    beside = Path(sys.executable).parent / name
+    path = str(beside) if beside.exists() else shutil.which(name)
+    assert path, f"{name} is not installed: `make setup` installs it (the test extra of pyproject.toml)"
+    return path
+
+
+def _workflow(name: str) -> dict:
+    wf = yaml.safe_load((WORKFLOWS / name).read_text())
+    wf["on"] = wf.pop(True, wf.get("on"))  # YAML 1.1 reads the key `on` as True
+    return wf
+
+
+def _steps(wf: dict) -> list[dict]:
+    return [s for job in wf["jobs"].values() for s in job.get("steps", [])]
+
+
+def _lint(folder: Path) -> list[str]:
+    """What actionlint (with shellcheck on the run: scripts) and zizmor (offline, every audit
+    including the pedantic ones) report on the workflows in ``folder``."""
+    files = sorted(str(p) for p in folder.glob("*.yml"))
+    problems = []
+    al = subprocess.run([_tool("actionlint"), "-shellcheck", _tool("shellcheck"), "-no-color", *files],
+                        capture_output=True, text=True)
+    if al.returncode != 0:
+        problems.append("actionlint: " + al.stdout + al.stderr)
+    zz = subprocess.run([_tool("zizmor"), "--offline", "--persona", "pedantic", "--format", "plain", *files],
+                        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(folder)})
+    if zz.returncode != 0:
+        problems.append("zizmor: " + zz.stdout + zz.stderr[-3000:])
+    return problems
+
+
+def test_workflows_pass_actionlint_and_zizmor():
+    assert _lint(WORKFLOWS) == []
+
+
+def test_the_lint_catches_a_careless_workflow(tmp_path):
+    (tmp_path / "bad.yml").write_text(
+        "name: bad\non:\n  pull_request_target:\njobs:\n  x:\n    runs-on: ubuntu-24.04\n    steps:\n"
+        "      - uses: actions/checkout@v4\n      - run: echo \"${{ github.event.pull_request.title }}\"\n")
+    problems = _lint(tmp_path)
+    assert len(problems) == 2, problems
+    assert "untrusted" in problems[0] and "unpinned-uses" in problems[1] and "artipacked" in problems[1]
+
+
+def test_every_action_is_pinned_and_checkouts_keep_no_credentials():
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        wf = _workflow(path.name)
+        assert wf["permissions"] == {}, f"{path.name}: no permissions at the top; each job asks for its own"
+        for job_name, job in wf["jobs"].items():
+            assert "permissions" in job and "timeout-minutes" in job, f"{path.name}: {job_name}"
+        for step in _steps(wf):
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), f"{path.name}: {step['uses']}"
+                if step["uses"].startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False
+
+
+def test_what_the_workflows_do():
+    publish = _workflow("publish.yml")
+    assert publish["on"]["push"]["branches"] == ["main"]
+    build = [s.get("run", s.get("uses", "")) for s in publish["jobs"]["build"]["steps"]]
+    order = ["make setup", "make data", "make book SCALE=paper", "ntkbook.book.htmlcheck _build/paper/html",
+             "ntkbook.book.notebooks", "actions/upload-pages-artifact@"]
+    at = [next(i for i, s in enumerate(build) if o in s) for o in order]
+    assert at == sorted(at), build
+    assert publish["jobs"]["build"]["env"]["NTKBOOK_REPOSITORY_URL"] == "${{ github.server_url }}/${{ github.repository }}"
+    assert publish["jobs"]["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
+    assert "actions/deploy-pages@" in publish["jobs"]["deploy"]["steps"][0]["uses"]
+    push = publish["jobs"]["notebooks"]["steps"][-1]["run"]
+    assert "push --force" in push and f" {bookbuild.NOTEBOOKS_BRANCH}\n" in push + "\n"
+    preview = _workflow("preview.yml")
+    assert list(preview["on"]) == ["pull_request"]
+    runs = [s.get("run", "") for s in _steps(preview)]
+    assert "make test" in runs
+    upload = next(s for s in _steps(preview) if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["path"] == "_build/smoke/html"
+    links = _workflow("links.yml")
+    assert links["on"]["schedule"][0]["cron"].split()[2:] == ["*", "*", "1"]  # weekly
+    assert any("htmlcheck --online" in s.get("run", "") for s in _steps(links))
