@@ -429,3 +429,73 @@ def test_what_the_workflows_do():
     links = _workflow("links.yml")
     assert links["on"]["schedule"][0]["cron"].split()[2:] == ["*", "*", "1"]  # weekly
     assert any("htmlcheck --online" in s.get("run", "") for s in _steps(links))
+
+
+# ------------------------------------------------------------------------------------------------
+# licence and citation
+# ------------------------------------------------------------------------------------------------
+def _bibtex_entries(text: str) -> dict[str, dict[str, str]]:
+    """``{key: {field: value}}`` of the BibTeX entries in ``text`` (one field per line, braces
+    around values and the {NTK}-style case protection removed)."""
+    entries = {}
+    for m in re.finditer(r"^@(\w+)\{([^,]+),\n(.*?)^\}", text, re.M | re.S):
+        fields = {"type": m.group(1).lower()}
+        for fm in re.finditer(r"^\s*([\w-]+)\s*=\s*\{(.*)\},?\s*$", m.group(3), re.M):
+            fields[fm.group(1).lower()] = fm.group(2).replace("{", "").replace("}", "")
+        entries[m.group(2)] = fields
+    return entries
+
+
+def _cff() -> dict:
+    return yaml.safe_load((REPO / "CITATION.cff").read_text())
+
+
+def test_citation_cff_is_valid():
+    """CITATION.cff against the Citation File Format 1.2.0 schema (tests/data/cff-1.2.0.schema.json,
+    the schema cffconvert validates with; cffconvert itself pins jsonschema below 4, which the book
+    cannot use)."""
+    import jsonschema
+
+    schema = json.loads((REPO / "tests" / "data" / "cff-1.2.0.schema.json").read_text())
+    validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+    cff = _cff()
+    assert [e.message for e in validator.iter_errors(cff)] == []
+    broken = {**cff, "license": "not-a-licence"}
+    del broken["message"]
+    assert len(list(validator.iter_errors(broken))) == 2
+
+
+def test_citation_agrees_with_the_book_the_bibtex_and_the_bibliography():
+    cff = _cff()
+    config = _config()
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert cff["title"] == cff["preferred-citation"]["title"] == config["title"]
+    assert cff["version"] == cff["preferred-citation"]["version"] == version
+    assert str(cff["preferred-citation"]["year"]) == str(config["copyright"])
+    assert cff["authors"] == cff["preferred-citation"]["authors"] == [{"name": config["author"]}]
+    page = _bibtex_entries((REPO / "book" / "cite.md").read_text())
+    book = page.pop("ntkbook2026")
+    assert book["title"] == cff["title"] and book["year"] == str(cff["preferred-citation"]["year"])
+    assert book["edition"] == version and book["author"] == config["author"]
+    bib = _bibtex_entries((REPO / "references.bib").read_text())
+    refs = {r["url"].rsplit("/", 1)[1]: r for r in cff["references"]}
+    assert sorted(refs) == ["2510.00468", "2603.13085"]
+    for key, entry in page.items():
+        for field in ("title", "author", "journal", "year", "eprint"):
+            assert entry[field] == bib[key][field], (key, field)
+        ref = refs[entry["eprint"]]
+        assert ref["title"] == entry["title"] and str(ref["year"]) == entry["year"]
+        families = [a["family-names"] for a in ref["authors"]]
+        assert [a.split(",")[0].replace("\\~n", "ñ") for a in entry["author"].split(" and ")] == families
+    assert "book/cite.md" in bookbuild.toc_chapters(REPO)
+
+
+def test_licences():
+    assert (REPO / "LICENSE").read_text().startswith("MIT License\n\nCopyright (c) 2026 the ntkbook authors\n")
+    text = (REPO / "LICENSE-text").read_text()
+    assert "CC-BY-4.0" in text and "https://creativecommons.org/licenses/by/4.0/legalcode" in text
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert sorted(_cff()["license"]) == ["CC-BY-4.0", "MIT"]
+    readme = (REPO / "README.md").read_text()
+    assert "LICENSE-text" in readme and "CC BY 4.0" in readme and "MIT" in readme
