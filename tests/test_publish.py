@@ -277,6 +277,39 @@ def test_student_edition_is_built_into_its_own_folder(monkeypatch):
         bookbuild.main(["--edition", "pupil"])
 
 
+@pytest.mark.book
+def test_a_tiny_book_renders_in_both_editions(tmp_path, monkeypatch):
+    """The real build (execute, strip, stage, jupyter-book with warnings as errors) of a book of one
+    chapter with both forms of solution: the teacher's edition with a repository URL shows the
+    solutions, the repository button and the Colab button; the student edition without a URL
+    renders (sphinx-exercise's own hide_solutions crashes here) and shows none of them."""
+    repo = tmp_path / "repo"
+    (repo / "book").mkdir(parents=True)
+    for name in bookbuild.STAGED[1:]:
+        shutil.copy2(REPO / name, repo / name)
+    shutil.copy2(REPO / "_config.yml", repo / "_config.yml")
+    shutil.copytree(REPO / "_static", repo / "_static")
+    (repo / bookbuild.MATHJAX_DIR / "mathjax").mkdir(parents=True)
+    (repo / bookbuild.MATHJAX_DIR / "mathjax" / "tex-chtml.js").write_text("")  # no math is checked here
+    (repo / "_toc.yml").write_text("format: jb-book\nroot: book/home\nchapters:\n  - file: book/tiny\n")
+    (repo / "book" / "home.md").write_text("# Home\n\nA tiny book.\n")
+    (repo / "book" / "tiny.md").write_text(CHAPTER)
+    solutions = ("It is 4.", "Cubing by hand", "which prints 8")
+    monkeypatch.setenv("NTKBOOK_REPOSITORY_URL", "https://github.com/o/r")
+    assert bookbuild.build("smoke", out=tmp_path / "teacher", repo=repo) == 0
+    page = (tmp_path / "teacher" / "html" / "book" / "tiny.html").read_text()
+    assert all(s in page for s in solutions)
+    assert 'href="https://colab.research.google.com/github/o/r/blob/notebooks/book/tiny.ipynb"' in page
+    assert 'href="https://github.com/o/r"' in page
+    monkeypatch.delenv("NTKBOOK_REPOSITORY_URL")
+    assert bookbuild.build("smoke", out=tmp_path / "student", repo=repo, edition="student") == 0
+    html = tmp_path / "student" / "html"
+    page = (html / "book" / "tiny.html").read_text()
+    assert not any(s in page for s in solutions) and "after the exercises" in page and "Cube x, with code" in page
+    assert "colab.research.google.com" not in page and "github.com/o/r" not in page
+    assert "solution" not in (html / "book" / "tiny.md").read_text() + (html / "_sources" / "book" / "tiny.ipynb").read_text()
+
+
 # ------------------------------------------------------------------------------------------------
 # Colab notebooks
 # ------------------------------------------------------------------------------------------------

@@ -316,31 +316,31 @@ def record_times(scale: str, summary: dict[str, dict], path: Path = TIMES_FILE) 
 
 def build(scale: str, chapters: list[str] | None = None, execute_only: bool = False,
           out: Path | None = None, reuse_others: bool = False, times: bool = False,
-          edition: str = "teacher") -> int:
+          edition: str = "teacher", repo: Path = REPO) -> int:
     """Execute ``chapters`` (all by default) at ``scale`` and, unless ``execute_only``, render the
     book. With ``reuse_others`` the notebooks of the other chapters executed by the last build
     into ``out`` are kept (those missing are executed). The student ``edition`` removes the
     solutions from the executed notebooks (:mod:`ntkbook.book.editions`); it is built into
-    ``_build/<scale>-student`` by default."""
+    ``_build/<scale>-student`` by default. ``repo`` is the book's root (``_toc.yml``, ``book/``)."""
     import nbformat
 
     t_start = time.perf_counter()
     if edition not in EDITIONS:
         print(f"error: unknown edition {edition!r}: choose one of {', '.join(EDITIONS)}", file=sys.stderr)
         return 2
-    out = out or REPO / "_build" / (scale if edition == "teacher" else f"{scale}-{edition}")
+    out = out or repo / "_build" / (scale if edition == "teacher" else f"{scale}-{edition}")
     src_dir = out / "src"
-    all_chapters = toc_chapters()
+    all_chapters = toc_chapters(repo)
     todo = list(chapters or all_chapters)
-    unknown = [c for c in todo if not (REPO / c).exists()]
+    unknown = [c for c in todo if not (repo / c).exists()]
     if unknown:
         print(f"error: chapter files not found: {unknown}", file=sys.stderr)
         return 2
     if not execute_only:
-        ensure_mathjax()
+        ensure_mathjax(repo)
         if src_dir.exists() and not reuse_others:
             shutil.rmtree(src_dir)
-        stage(src_dir, edition=edition)
+        stage(src_dir, repo, edition=edition)
         if reuse_others:
             missing = [c for c in all_chapters if c not in todo
                        and not (src_dir / Path(c).with_suffix(".ipynb")).exists()]
@@ -360,7 +360,7 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
         dest = src_dir / Path(chapter).with_suffix(".ipynb")
         print(f"[{scale}] executing {chapter} ...", flush=True)
         try:
-            seconds = execute_chapter(REPO / chapter, dest, scale)
+            seconds = execute_chapter(repo / chapter, dest, scale)
             if edition == "student":
                 nbformat.write(strip_solutions_notebook(nbformat.read(dest, as_version=4), chapter), dest)
             summary[chapter] = {"status": "ok", "seconds": round(seconds, 1)}
