@@ -68,7 +68,7 @@ lock: setup
 	$(PY) -m pip install --quiet "$$($(PY) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["lock"][0])')"
 	$(VENV)/bin/uv pip compile pyproject.toml --extra book --extra test --python-version 3.12 \
 		--python-platform x86_64-manylinux_2_28 --generate-hashes --custom-compile-command "make lock" \
-		--output-file $(LOCK)
+		--quiet --output-file $(LOCK)
 
 # JupyterLab with jupytext; .md chapters open as notebooks (settings override in the venv).
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
