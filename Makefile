@@ -2,10 +2,13 @@
 #   make book   builds the whole book (paper scale; SCALE=smoke for the quick version)
 #   make test   runs every test (unit tests, every chapter at smoke scale, the book build with
 #               warnings as errors, and the headless-Chromium check of the HTML)
-# Each creates .venv with Python 3.12 and installs what it needs. For one chapter:
+# Each creates .venv with Python 3.12 and installs what it needs (make setup: the hashed lock
+# requirements/lock.txt, then this package). For one chapter:
 #   make chapter CH=modular_mlp [SCALE=smoke]   executes that chapter only and renders the book,
 #               reusing the other chapters' notebooks from the last build at that scale
 #   make lab CH=modular_mlp                     opens the chapter as a notebook in JupyterLab
+#   make book EDITION=student                   the student edition (no solutions) into _build/$SCALE-student
+#   make lock                                   regenerate requirements/lock.txt after changing a pin in pyproject.toml
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -16,6 +19,10 @@ PYTHON ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.
 VENV := .venv
 PY := $(VENV)/bin/python
 SCALE ?= paper
+EDITION ?= teacher
+BOOK_OUT := _build/$(SCALE)$(if $(filter student,$(EDITION)),-student)
+# the hashed lock of the [book,test] extras (Linux x86_64, Python 3.12), generated from pyproject.toml
+LOCK := requirements/lock.txt
 
 # Data: $NTKBOOK_DATA if set, else ../shared/data when it exists (the layout used by CI).
 ifeq ($(origin NTKBOOK_DATA), undefined)
@@ -24,21 +31,26 @@ ifeq ($(origin NTKBOOK_DATA), undefined)
   endif
 endif
 
-.PHONY: help setup data book chapter lab test browser clean
+.PHONY: help setup data book chapter lab test browser clean lock
 
 help:
-	@echo "make book              build the book into _build/\$$SCALE/html (SCALE=paper by default, SCALE=smoke for CI size)"
+	@echo "make setup             create .venv and install the pinned dependencies (hash-checked) and this package"
+	@echo "make book              build the book into _build/\$$SCALE/html (SCALE=paper by default, SCALE=smoke for CI size;"
+	@echo "                       EDITION=student: without the solutions, into _build/\$$SCALE-student/html)"
 	@echo "make chapter CH=name   execute one chapter (book/name.md) and render the book, reusing the others' last notebooks"
 	@echo "make lab CH=name       open a chapter as a notebook in JupyterLab (installs the [notebook] extra)"
 	@echo "make data              fetch and check every data file (DATA=dir, default \$$NTKBOOK_DATA or ~/.cache/ntkbook; CH=name: one chapter's)"
 	@echo "make test              run all tests (unit, chapters at smoke scale, book build, browser check)"
+	@echo "make lock              regenerate requirements/lock.txt from the pins in pyproject.toml (needs the network)"
 	@echo "make clean             remove build outputs"
 
-$(VENV)/.installed: pyproject.toml
+# Every package, with its dependencies, at the version and with the sha256 the lock names; then
+# this package itself (editable, nothing more: its build backend, setuptools, is in the lock).
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	@test -n "$(PYTHON)" || { echo "error: Python 3.12 not found; install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[book,test]"
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 setup: $(VENV)/.installed
@@ -50,13 +62,20 @@ data: setup
 	$(PY) -m ntkbook.data fetch $(if $(CH),--chapter $(CH),--all) $(if $(DATA),--dest $(DATA))
 
 book: setup
-	$(PY) -m ntkbook.book.build --scale $(SCALE)
-	@echo "open _build/$(SCALE)/html/index.html"
+	$(PY) -m ntkbook.book.build --scale $(SCALE) --edition $(EDITION)
+	@echo "open $(BOOK_OUT)/html/index.html"
 
 chapter: setup
 	@test -n "$(CH)" || { echo "usage: make chapter CH=name [SCALE=smoke]  (name of a file in book/, e.g. modular_mlp)" >&2; exit 2; }
-	$(PY) -m ntkbook.book.build --scale $(SCALE) --chapter $(CH)
-	@echo "open _build/$(SCALE)/html/book/$(CH).html"
+	$(PY) -m ntkbook.book.build --scale $(SCALE) --edition $(EDITION) --chapter $(CH)
+	@echo "open $(BOOK_OUT)/html/book/$(CH).html"
+
+# The lock is generated, never edited: change a pin in pyproject.toml, then `make lock`.
+lock: setup
+	$(PY) -m pip install --quiet "$$($(PY) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["lock"][0])')"
+	$(VENV)/bin/uv pip compile pyproject.toml --extra book --extra test --python-version 3.12 \
+		--python-platform x86_64-manylinux_2_28 --generate-hashes --custom-compile-command "make lock" \
+		--quiet --output-file $(LOCK)
 
 # JupyterLab with jupytext; .md chapters open as notebooks (settings override in the venv).
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json

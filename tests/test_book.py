@@ -50,6 +50,14 @@ def test_book_builds_with_warnings_as_errors(smoke_build):
     assert (OUT / "html" / "index.html").exists()
 
 
+def test_every_chapter_has_a_page_and_links_resolve(smoke_build):
+    """No partial build, and every internal link (pages, images, scripts, #anchors) resolves
+    (lychee, offline)."""
+    assert smoke_build["code"] == 0, "the book did not build"
+    assert htmlcheck.missing_pages(OUT / "html", CHAPTERS) == []
+    assert htmlcheck.check_links(OUT / "html") == []
+
+
 def test_source_tree_stays_clean(smoke_build):
     assert smoke_build["status_after"] == smoke_build["status_before"]
 
@@ -137,7 +145,7 @@ import re  # noqa: E402
 #: chapters of the "reader" helper: the Run-this-chapter box and the provenance line are checked here
 READER_CHAPTERS = ["book/intro.md", "book/ntk_in_one_page.md", "book/entk_lanczos.md", "book/modular_mlp.md",
                    "book/modular_transformer.md", "book/gemma.md", "book/influence.md"]
-NO_EXERCISES = {"book/scorecard.md", "book/fork.md", "book/references.md"}
+NO_EXERCISES = {"book/scorecard.md", "book/fork.md", "book/cite.md", "book/references.md"}
 FEWER_EXERCISES = {"book/intro.md": 1, "book/ntk_in_one_page.md": 1}
 
 

@@ -36,3 +36,40 @@ def test_ci_runs_the_readme_test_command():
     assert "make book" in readme and "make test" in readme
     ci = (REPO / ".ci" / "run").read_text()
     assert [ln for ln in ci.splitlines() if ln and not ln.startswith(("#", "set ", "cd ", "export "))] == ["make test"]
+
+
+def _lock() -> dict[str, tuple[str, list[str]]]:
+    """``{normalised name: (version, [sha256 hashes])}`` of requirements/lock.txt."""
+    text = (REPO / "requirements" / "lock.txt").read_text()
+    lock = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", text):
+        m = re.match(r"([A-Za-z0-9_.\-]+)==([^\s;\\]+)", block)
+        if m:
+            name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+            lock[name] = (m.group(2), re.findall(r"--hash=sha256:([0-9a-f]{64})", block))
+    return lock
+
+
+def test_lock_agrees_with_the_pins():
+    """Every pin of the dependencies and of the extras `make setup` installs (book, test) is in the
+    hashed lock at that version; every locked package has a hash (pip --require-hashes)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    lock = _lock()
+    assert len(lock) > 50
+    wrong = []
+    for dep in project["dependencies"] + extras["book"] + extras["test"]:
+        name, version = dep.split("==")
+        name = re.sub(r"[-_.]+", "-", name.split("[")[0]).lower()
+        if lock.get(name, (None,))[0] != version:
+            wrong.append(f"{name}: pyproject {version}, lock {lock.get(name, ('missing',))[0]}")
+    assert not wrong, "requirements/lock.txt is out of date (run `make lock`): " + "; ".join(wrong)
+    assert all(hashes for _, hashes in lock.values())
+    assert "ntkbook" not in lock and "setuptools" in lock  # the package's build backend (--no-build-isolation)
+
+
+def test_make_setup_installs_the_lock_with_hashes():
+    make = (REPO / "Makefile").read_text()
+    assert "pip install --quiet --require-hashes --no-deps -r $(LOCK)" in make
+    assert "pip install --quiet --no-deps --no-build-isolation -e ." in make
+    assert "$(VENV)/.installed: pyproject.toml $(LOCK)" in make

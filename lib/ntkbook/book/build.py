@@ -19,6 +19,15 @@ A summary with the status and wall time of each chapter is written to
 ``_build/<scale>/chapters.json``; ``--record-times`` also stores the chapters' times in
 ``results/chapters.json``, from which each chapter's "Run this chapter" box reads them.
 
+``--edition student`` builds the student edition: the chapters are executed with their solutions
+(so both editions show the same numbers), then the solutions are removed from the executed
+notebooks and the MyST downloads (:mod:`ntkbook.book.editions`); output in ``_build/<scale>-student``.
+
+The repository URL is set in one place, ``repository.url`` in ``_config.yml`` (or
+``$NTKBOOK_REPOSITORY_URL``); :func:`site_config` writes it into the staged configuration wherever
+the theme needs it (repository button, ``html.baseurl``, the chapters' "Open in Colab" buttons).
+Without a URL those buttons are left out.
+
 Progress reports printed while a chapter computes (``ntkbook.progress`` lines and the store's
 "computing ..." line) are moved out of the notebook into ``_build/<scale>/logs/<chapter>.log``,
 so a page does not open with a box of progress lines.
@@ -41,6 +50,8 @@ import sys
 import time
 from pathlib import Path
 
+from ntkbook.book.editions import EDITIONS, strip_solutions_notebook, strip_solutions_text
+from ntkbook.errors import InputError
 from ntkbook.paths import repo_root
 
 REPO = repo_root()
@@ -58,6 +69,9 @@ PROGRESS_LINE = re.compile(
 # MathJax lives in _mathjax/mathjax, not _static: Jupyter Book adds every .js file under
 # _static to every page, which would load all of MathJax's bundles at once.
 MATHJAX_DIR = "_mathjax"
+#: the branch the publish workflow writes the chapters' Colab notebooks to (ntkbook.book.notebooks);
+#: the "Open in Colab" buttons open them there
+NOTEBOOKS_BRANCH = "notebooks"
 
 
 def toc_chapters(repo: Path = REPO) -> list[str]:
@@ -196,39 +210,84 @@ def ensure_mathjax(repo: Path = REPO) -> Path:
     return target
 
 
-def _repository_url(repo: Path = REPO) -> str | None:
-    """The repository URL for the book's link: ``$NTKBOOK_REPOSITORY_URL``, else the checkout's
-    ``origin`` remote as an https URL, else None (``_config.yml`` keeps its own)."""
-    url = os.environ.get("NTKBOOK_REPOSITORY_URL")
-    if not url:
-        try:
-            url = subprocess.run(["git", "remote", "get-url", "origin"], cwd=repo, capture_output=True,
-                                 text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            url = ""
+def repository_url(cfg: dict) -> str | None:
+    """The book's repository URL: ``$NTKBOOK_REPOSITORY_URL`` (the publish workflow sets it to the
+    repository it runs in), else ``repository.url`` of ``_config.yml``; None when neither is set.
+    A ``git@host:owner/name.git`` address is turned into ``https://host/owner/name``."""
+    url = (os.environ.get("NTKBOOK_REPOSITORY_URL") or (cfg.get("repository") or {}).get("url") or "").strip()
     if not url:
         return None
-    m = re.match(r"^git@([^:]+):(.+?)(\.git)?$", url)
+    m = re.match(r"^git@([^:]+):(.+)$", url)
     if m:
         url = f"https://{m.group(1)}/{m.group(2)}"
-    return url.removesuffix(".git") if url.startswith("https://") else None
+    url = url.rstrip("/").removesuffix(".git")
+    if not re.fullmatch(r"https://[^/\s]+/[^/\s]+/[^/\s]+", url):
+        raise InputError(f"repository URL {url!r} (repository.url in _config.yml or $NTKBOOK_REPOSITORY_URL) "
+                         "is not of the form https://github.com/OWNER/NAME: fix it, or leave it empty")
+    return url
 
 
-def stage(src_dir: Path, repo: Path = REPO) -> None:
-    """Copy the configuration, bibliography, static files, MathJax and the chapters' MyST sources
-    into ``src_dir`` (executed notebooks already there are kept)."""
+def pages_url(url: str) -> str | None:
+    """Where GitHub Pages publishes the repository ``url`` (``https://OWNER.github.io/NAME/``);
+    None for a repository that is not on github.com."""
+    m = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+)", url)
+    return f"https://{m.group(1).lower()}.github.io/{m.group(2)}/" if m else None
+
+
+def site_config(cfg: dict, url: str | None, edition: str = "teacher") -> dict:
+    """The ``_config.yml`` the book is rendered with: ``cfg`` (the repository's) with the
+    repository ``url`` written wherever the theme and Sphinx need it, in one go.
+
+    With a URL: the repository button, ``html.baseurl`` (``html.baseurl`` of ``cfg`` when set, else
+    the GitHub Pages address) and, for a GitHub repository, the "Open in Colab" button of every
+    chapter, which opens ``book/<chapter>.ipynb`` on the branch the publish workflow writes the
+    notebooks to (:data:`NOTEBOOKS_BRANCH`, written by :mod:`ntkbook.book.notebooks`). Without one: no repository
+    button, no launch buttons and no base URL, rather than links to a placeholder. The student
+    edition says so in the title."""
+    import copy
+
+    if edition not in EDITIONS:
+        raise InputError(f"unknown edition {edition!r}: choose one of {', '.join(EDITIONS)}")
+    cfg = copy.deepcopy(cfg)
+    html = cfg.setdefault("html", {})
+    theme = cfg.setdefault("sphinx", {}).setdefault("config", {}).setdefault("html_theme_options", {})
+    repository = cfg.setdefault("repository", {})
+    launch = cfg.pop("launch_buttons", None) or {}
+    for key in ("repository_url", "repository_branch", "path_to_docs", "launch_buttons"):
+        theme.pop(key, None)
+    if edition == "student":
+        cfg["title"] = f"{cfg.get('title', '')} (student edition)".strip()
+    if url is None:
+        repository.pop("url", None)
+        html["use_repository_button"] = theme["use_repository_button"] = False
+        if not html.get("baseurl"):
+            html.pop("baseurl", None)
+        return cfg
+    repository["url"] = url
+    html["use_repository_button"] = theme["use_repository_button"] = True
+    base = html.get("baseurl") or pages_url(url)
+    if base:
+        html["baseurl"] = base
+    theme["repository_url"] = url
+    if launch.get("colab_url") and url.startswith("https://github.com/"):
+        theme["launch_buttons"] = {"colab_url": launch["colab_url"]}
+        theme["repository_branch"] = NOTEBOOKS_BRANCH
+        theme["path_to_docs"] = ""
+    return cfg
+
+
+def stage(src_dir: Path, repo: Path = REPO, edition: str = "teacher") -> None:
+    """Copy the configuration (with the repository URL written in, :func:`site_config`), the
+    bibliography, static files, MathJax and the chapters' MyST sources (without solutions in the
+    student edition) into ``src_dir`` (executed notebooks already there are kept)."""
     import yaml
 
     src_dir.mkdir(parents=True, exist_ok=True)
     for name in STAGED:
         shutil.copy2(repo / name, src_dir / name)
-    url = _repository_url(repo)
-    if url:
-        cfg = yaml.safe_load((repo / "_config.yml").read_text())
-        cfg.setdefault("repository", {})["url"] = url
-        theme = cfg.setdefault("sphinx", {}).setdefault("config", {}).setdefault("html_theme_options", {})
-        theme["repository_url"] = url
-        (src_dir / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
+    cfg = yaml.safe_load((repo / "_config.yml").read_text())
+    cfg = site_config(cfg, repository_url(cfg), edition)
+    (src_dir / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     shutil.copytree(repo / "_static", src_dir / "_static", dirs_exist_ok=True)
     shutil.copytree(repo / MATHJAX_DIR, src_dir / MATHJAX_DIR, dirs_exist_ok=True)
     myst = src_dir / MYST_DIR
@@ -236,7 +295,10 @@ def stage(src_dir: Path, repo: Path = REPO) -> None:
         shutil.rmtree(myst)
     for chapter in toc_chapters(repo):
         (myst / chapter).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(repo / chapter, myst / chapter)
+        text = (repo / chapter).read_text()
+        if edition == "student":
+            text = strip_solutions_text(text, chapter)
+        (myst / chapter).write_text(text)
 
 
 def record_times(scale: str, summary: dict[str, dict], path: Path = TIMES_FILE) -> None:
@@ -253,24 +315,32 @@ def record_times(scale: str, summary: dict[str, dict], path: Path = TIMES_FILE) 
 
 
 def build(scale: str, chapters: list[str] | None = None, execute_only: bool = False,
-          out: Path | None = None, reuse_others: bool = False, times: bool = False) -> int:
+          out: Path | None = None, reuse_others: bool = False, times: bool = False,
+          edition: str = "teacher", repo: Path = REPO) -> int:
     """Execute ``chapters`` (all by default) at ``scale`` and, unless ``execute_only``, render the
     book. With ``reuse_others`` the notebooks of the other chapters executed by the last build
-    into ``out`` are kept (those missing are executed)."""
+    into ``out`` are kept (those missing are executed). The student ``edition`` removes the
+    solutions from the executed notebooks (:mod:`ntkbook.book.editions`); it is built into
+    ``_build/<scale>-student`` by default. ``repo`` is the book's root (``_toc.yml``, ``book/``)."""
+    import nbformat
+
     t_start = time.perf_counter()
-    out = out or REPO / "_build" / scale
+    if edition not in EDITIONS:
+        print(f"error: unknown edition {edition!r}: choose one of {', '.join(EDITIONS)}", file=sys.stderr)
+        return 2
+    out = out or repo / "_build" / (scale if edition == "teacher" else f"{scale}-{edition}")
     src_dir = out / "src"
-    all_chapters = toc_chapters()
+    all_chapters = toc_chapters(repo)
     todo = list(chapters or all_chapters)
-    unknown = [c for c in todo if not (REPO / c).exists()]
+    unknown = [c for c in todo if not (repo / c).exists()]
     if unknown:
         print(f"error: chapter files not found: {unknown}", file=sys.stderr)
         return 2
     if not execute_only:
-        ensure_mathjax()
+        ensure_mathjax(repo)
         if src_dir.exists() and not reuse_others:
             shutil.rmtree(src_dir)
-        stage(src_dir)
+        stage(src_dir, repo, edition=edition)
         if reuse_others:
             missing = [c for c in all_chapters if c not in todo
                        and not (src_dir / Path(c).with_suffix(".ipynb")).exists()]
@@ -290,7 +360,9 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
         dest = src_dir / Path(chapter).with_suffix(".ipynb")
         print(f"[{scale}] executing {chapter} ...", flush=True)
         try:
-            seconds = execute_chapter(REPO / chapter, dest, scale)
+            seconds = execute_chapter(repo / chapter, dest, scale)
+            if edition == "student":
+                nbformat.write(strip_solutions_notebook(nbformat.read(dest, as_version=4), chapter), dest)
             summary[chapter] = {"status": "ok", "seconds": round(seconds, 1)}
             print(f"[{scale}] {chapter}: ok in {seconds:.1f}s", flush=True)
         except Exception as exc:  # report every failing chapter, then fail
@@ -374,16 +446,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="execute this chapter only (e.g. modular_mlp) and render the book, reusing "
                              "the other chapters' notebooks from the last build at this scale")
     parser.add_argument("--out", type=Path, help="output folder (default _build/<scale>)")
+    parser.add_argument("--edition", choices=EDITIONS, default=os.environ.get("EDITION") or "teacher",
+                        help="teacher (default: with the solutions) or student (exercises without solutions; "
+                             "built into _build/<scale>-student)")
     parser.add_argument("--record-times", action="store_true",
                         help="store the chapters' execution times in results/chapters.json")
     args = parser.parse_args(argv)
     if args.execute_only is not None:
         return build(args.scale, args.execute_only or None, execute_only=True, out=args.out,
-                     times=args.record_times)
+                     times=args.record_times, edition=args.edition)
     if args.chapter:
         return build(args.scale, [_chapter_path(args.chapter)], out=args.out, reuse_others=True,
-                     times=args.record_times)
-    return build(args.scale, out=args.out, times=args.record_times)
+                     times=args.record_times, edition=args.edition)
+    return build(args.scale, out=args.out, times=args.record_times, edition=args.edition)
 
 
 if __name__ == "__main__":

