@@ -37,7 +37,10 @@ from ntkbook.influence.losses import attack_loss
 from ntkbook.influence.tasks import accuracy, targets
 from ntkbook.models import attention, two_layer
 
-__all__ = ["EvalSettings", "SCORE_KEYS", "influences", "run_attack", "evaluate"]
+__all__ = ["INTERVENTIONS", "EvalSettings", "SCORE_KEYS", "influences", "run_attack", "evaluate"]
+
+#: the interventions :func:`evaluate` knows
+INTERVENTIONS = ("adversarial", "transformed", "curated", "null")
 
 
 @dataclasses.dataclass(frozen=True)
