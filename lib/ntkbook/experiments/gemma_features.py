@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from ntkbook.errors import ConfigError, InputError
 from ntkbook import validate as v
 from ntkbook.progress import Progress, format_seconds
 from ntkbook.store import PointStore, Result
@@ -201,7 +202,7 @@ def subset(labels: np.ndarray, n_per_class: int) -> np.ndarray:
     for c in np.unique(labels):
         idx = np.flatnonzero(labels == c)
         if len(idx) < n_per_class:
-            raise ValueError(f"the data set has {len(idx)} contexts of class {c}, fewer than n_per_class = "
+            raise InputError(f"the data set has {len(idx)} contexts of class {c}, fewer than n_per_class = "
                              f"{n_per_class}")
         out.extend(idx[:n_per_class])
     return np.array(out)
@@ -250,7 +251,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     n_layers = GemmaConfig().n_layers  # Gemma-3-270M; checked again against the loaded weights
     for L, _ps in points_of(config):
         if not 0 <= L < n_layers:
-            raise ValueError(f"layer {L} out of range: Gemma-3-270M has layers 0..{n_layers - 1}")
+            raise ConfigError(f"{NAME}.layers: layer {L} out of range; Gemma-3-270M has layers "
+                              f"0..{n_layers - 1}")
     data = experiments.load_or_run("gemma_pos_data", config.data_scale, n_per_class=config.data_n_per_class)
     sel = subset(np.asarray(data["label"]), config.n_per_class)
     data = _take(data, sel)
@@ -260,7 +262,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     cfg, params, _ = gemma_weights.load()
     for L, _ps in points_of(config):
         if not 0 <= L < cfg.n_layers:
-            raise ValueError(f"layer {L} out of range: Gemma-3-270M has layers 0..{cfg.n_layers - 1}")
+            raise ConfigError(f"{NAME}.layers: layer {L} out of range; the loaded model has layers "
+                              f"0..{cfg.n_layers - 1}")
     t_load = time.perf_counter() - t0
     t0 = time.perf_counter()
     Gh = gemma_weights.unembedding_gram_sqrt(params)

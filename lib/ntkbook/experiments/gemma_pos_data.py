@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from ntkbook.errors import ConfigError
 from ntkbook.gemma.pos_data import CLASSES
 from ntkbook import validate as v
 from ntkbook.progress import Progress
@@ -137,7 +138,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     bar.close()
     short = {c: target - len(kept[c]) for c in CLASSES if len(kept[c]) < target}
     if short:
-        raise RuntimeError(f"the TinyStories sample ran out of candidates: missing {short} contexts; "
+        raise ConfigError(f"the TinyStories sample ran out of candidates: missing {short} contexts; "
                            f"raise per_story or lower n_per_class")
     rows = [r for c in CLASSES for r in kept[c]]
     stats = [{"class": c, "tried": tried[c], "kept": len(kept[c]), "agreement": len(kept[c]) / max(tried[c], 1),

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 import scipy.linalg
 
+from ntkbook.errors import ConfigError, InputError
 from ntkbook import data
 from ntkbook.ntk import eig
 from ntkbook.ntk import entk
@@ -285,7 +286,7 @@ def cheap_top_vectors(params, p: int, k: int) -> dict[str, np.ndarray]:
         w, V = w[::-1][:k], V[:, ::-1][:, :k]
         s = np.sqrt(np.clip(w, 0.0, None))
         if s[-1] <= 1e-10 * s[0]:
-            raise ValueError(f"{name}: fewer than {k} non-zero singular values; lower k")
+            raise InputError(f"{name}: fewer than {k} non-zero singular values; lower k")
         out[name] = (M @ V) / s
         out[name + "_sv"] = s
     return out
@@ -325,7 +326,7 @@ def group_kernels(params, p: int, reduction: str, batch_size: int | None = None)
         ks = entk.entk_layerwise(transformer.apply, p64, x, layers=group_layers(), reduction="class_mean",
                                   batch_size=batch_size or 64)
     else:
-        raise ValueError(f"reduction must be 'mean_logit' or 'trace', got {reduction!r}")
+        raise InputError(f"reduction must be 'mean_logit' or 'trace', got {reduction!r}")
     return {k: np.asarray(v, dtype=np.float64) for k, v in ks.items()}
 
 
@@ -438,7 +439,7 @@ def _setup(config: Config, run: str):
         tr, te = transformer.rows_of(rp.train_x, 29), transformer.rows_of(rp.test_x, 29)
         epochs = config.replay_epochs
         if epochs > rp.perms.shape[0]:
-            raise ValueError(f"replay_epochs={epochs} exceeds the {rp.perms.shape[0]} recorded epochs")
+            raise ConfigError(f"{NAME}.replay_epochs={epochs} exceeds the {rp.perms.shape[0]} recorded epochs; lower it")
         s = AUTHOR_SETTINGS
         return (params, X[tr], Y[tr], X[te], Y[te], rp.perms[:epochs], epochs, 0,
                 dict(lr=s["lr"], weight_decay=s["weight_decay"], batch_size=s["batch_size"]))

@@ -63,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError, NumericalError
 from ntkbook import validate as v
 from ntkbook.lazy import distance
 from ntkbook.models import two_layer
@@ -246,7 +247,7 @@ def adam_lr_for(config: Config, rule: str, width: int) -> float:
         return config.adam_lr
     if rule == "inv_sqrt_m":
         return config.adam_lr * math.sqrt(config.lr_ref_width / width)
-    raise ValueError(f"unknown lr rule {rule!r}; known: {', '.join(LR_RULES)}")
+    raise InputError(f"unknown lr rule {rule!r}; known: {', '.join(LR_RULES)}")
 
 
 _DIMS = {"mnist": 784, "fashion-mnist": 784, "cifar10": 3072}
@@ -323,7 +324,7 @@ def gd_point(ctr, ytr, cte, hte2, f_ntk, K_inf, config: Config, width: int, seed
         d_train.append(distance.rms_distance(ftr, f_tr_ntk[i]))
         kmove.append(np.linalg.norm(two_layer.entk_W({"W": W, "a": a}, ctr) - K0) / np.linalg.norm(K0))
     if not np.all(np.isfinite(fte)):
-        raise FloatingPointError(f"GD diverged at width {width}, seed {seed}; lower Config.lr")
+        raise NumericalError(f"GD diverged at width {width}, seed {seed}; lower Config.lr")
     scalars = {
         "dist_test_T": float(d_test[-1]),
         "dist_train_T": float(d_train[-1]),

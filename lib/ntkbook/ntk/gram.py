@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = [
     "EPS",
     "gram",
@@ -89,7 +91,7 @@ def condition_number(eigs, tol: float | None = None) -> float:
     """``lambda_max / lambda_min`` over the nonzero eigenvalues (see :func:`nonzero`)."""
     lam = nonzero(eigs, tol)
     if lam.size == 0:
-        raise ValueError("no nonzero eigenvalue")
+        raise InputError("no nonzero eigenvalue")
     return float(lam[0] / lam[-1])
 
 
@@ -97,7 +99,7 @@ def effective_condition_number(eigs, d: int) -> float:
     """``kappa_d = lambda_1 / lambda_d`` (eigenvalues sorted in descending order)."""
     lam = np.sort(np.asarray(eigs, dtype=np.float64))[::-1]
     if not 1 <= d <= lam.size:
-        raise ValueError(f"d must be in 1..{lam.size}, got {d}")
+        raise InputError(f"d must be in 1..{lam.size}, got {d}")
     if lam[d - 1] <= 0:
         return math.inf
     return float(lam[0] / lam[d - 1])
