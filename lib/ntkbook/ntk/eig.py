@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ntkbook.errors import InputError, NumericalError
+from ntkbook.errors import InputError, NtkbookError, NumericalError
 
 __all__ = [
     "EigResult",
@@ -159,7 +159,8 @@ def lanczos_topk(
     ``reorthogonalize`` is the number of full re-orthogonalisation passes per step (2 default, 0 for
     the plain three-term recurrence).  ``dtype`` defaults to ``matvec.dtype`` if present, else JAX's
     default float.  With ``check=True`` the operator is first tested with :func:`check_symmetric`
-    (6 extra products, not counted in ``num_matvecs``).  ``progress``: the label of a progress
+    (6 extra products, not counted in ``num_matvecs``); without it, an operator whose ``.dim`` or
+    whose product's shape is not ``dim`` is still refused (``InputError``, no extra product).  ``progress``: the label of a progress
     report over the steps (for slow operators; a run shorter than 2 s prints nothing); ``None``
     (default) is silent.  See the module docstring.
     """
@@ -171,6 +172,10 @@ def lanczos_topk(
                          f"got {num_steps}")
     if reorthogonalize not in (0, 1, 2):
         raise InputError(f"reorthogonalize must be 0, 1 or 2, got {reorthogonalize!r}")
+    op_dim = getattr(matvec, "dim", None)
+    if op_dim is not None and op_dim != dim:
+        raise InputError(f"the operator acts on vectors of size {op_dim} (its .dim) but dim = {dim}: "
+                         f"pass dim={op_dim}")
     dtype = _default_dtype(matvec, dtype)
     if check:
         check_symmetric(matvec, dim, dtype=dtype,
@@ -203,8 +208,18 @@ def lanczos_topk(
 
         bar = Progress(num_steps, progress)
     while j < num_steps:
-        w = jnp.asarray(matvec(Q[j]), dtype=dtype)
+        try:
+            w = jnp.asarray(matvec(Q[j]), dtype=dtype)
+        except Exception as exc:
+            if j or isinstance(exc, NtkbookError):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise InputError(f"matvec failed on the start vector of shape ({dim},) ({type(exc).__name__}: "
+                             f"{first}): is dim = {dim} the operator's size?") from exc
         nmv += 1
+        if w.shape != (dim,):
+            raise InputError(f"matvec must map shape ({dim},) to ({dim},), got {w.shape}: is dim = {dim} the "
+                             "operator's size?")
         if bar is not None:
             bar.update()
         Q, alpha, beta = step(Q, j, w, beta)

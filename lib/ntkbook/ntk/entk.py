@@ -36,7 +36,10 @@ Parameter filters
 Precision
     Results have the dtype of the model's outputs: float64 when the caller has enabled
     ``jax.config.update("jax_enable_x64", True)`` and passes float64 parameters and inputs.  This
-    module never changes JAX's global configuration.  Contractions use
+    module never changes JAX's global configuration, and never casts: when the inputs and the
+    parameters mix floating dtypes, or the kernel comes out narrower than the widest of them
+    (float32 from float64 inputs), it warns (``UserWarning``) rather than casting, since a cast
+    would change what the caller's model computes.  Contractions use
     ``precision=jax.lax.Precision.HIGHEST`` so that GPUs do not silently use TF32.
 """
 
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from typing import Callable, Mapping, Sequence
 
 import jax
@@ -236,6 +240,20 @@ def _check_inputs(x1, x2):
     return x1, x2
 
 
+def _warn_on_dtypes(xs, leaves, out_dtype) -> None:
+    """Warn (``UserWarning``) when the floating inputs and parameters do not share one dtype, or
+    when the kernel comes out narrower than the widest of them: the eNTK then silently has the lower
+    precision (e.g. float32 although ``jax_enable_x64`` is on and the inputs are float64)."""
+    kinds = {jnp.dtype(a.dtype) for a in (*xs, *leaves) if jnp.issubdtype(a.dtype, jnp.floating)}
+    widest = max(kinds, key=lambda d: d.itemsize) if kinds else None
+    narrower = widest is not None and jnp.dtype(out_dtype).itemsize < widest.itemsize
+    if len(kinds) > 1 or narrower:
+        names = ", ".join(sorted(str(d) for d in kinds))
+        warnings.warn(f"the eNTK's inputs and parameters have dtypes {names} and it comes out "
+                      f"{jnp.dtype(out_dtype)}: cast x and every parameter to one dtype (float64 "
+                      f"with jax_enable_x64 for a float64 kernel)", UserWarning, stacklevel=3)
+
+
 def _num_outputs(f, params, x_one) -> int:
     try:
         out = jax.eval_shape(f, params, x_one)
@@ -266,8 +284,10 @@ def _check_reduction(reduction: str, class_index, C: int, allowed=REDUCTIONS):
     if reduction == "class":
         if class_index is None:
             raise InputError('reduction="class" needs class_index (an int in [0, C))')
-        if not (isinstance(class_index, (int, np.integer)) and 0 <= class_index < C):
-            raise InputError(f"class_index={class_index!r} out of range for C={C} outputs")
+        if isinstance(class_index, (bool, np.bool_)) or not (
+                isinstance(class_index, (int, np.integer)) and 0 <= class_index < C):
+            raise InputError(f"class_index={class_index!r} out of range for C={C} outputs: it must be an int "
+                             f"in [0, {C}) (a bool is refused)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -392,6 +412,7 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
         ks = tuple(
             jnp.transpose(k, (0, 2, 1, 3)).reshape(k.shape[0] * C, k.shape[1] * C) for k in ks
         )
+    _warn_on_dtypes([x for x in (x1, x2) if x is not None], ps.leaves, ks[0].dtype)
     for k in ks:
         if _is_concrete(k) and not bool(jnp.all(jnp.isfinite(k))):
             raise NumericalError(
@@ -531,6 +552,7 @@ def entk_matvec(
 
     out_struct = jax.eval_shape(F, sel, frozen, x)
     dtype = out_struct.dtype
+    _warn_on_dtypes([x], ps.leaves, dtype)
     dim = N * C if reduction == "flat" else N
 
     def apply(jvp_fn, vjp_fn, v):

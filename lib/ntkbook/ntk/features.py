@@ -39,6 +39,7 @@ import numpy as np
 import scipy.linalg
 
 from ntkbook.errors import InputError
+from ntkbook.ntk.gram import psd_spectrum
 from ntkbook.stats import mean_spread
 
 __all__ = [
@@ -284,11 +285,12 @@ def find_cliffs(
     remove it from the spectrum first (as :mod:`ntkbook.experiments.modular_mlp` does).
 
     Returns a :class:`Cliffs` with the chosen edges in increasing order; it holds fewer than ``n``
-    edges when fewer significant drops exist (no cliff is invented).
+    edges when fewer significant drops exist (no cliff is invented).  The spectrum is checked by
+    :func:`ntkbook.ntk.gram.psd_spectrum`: NaN, inf and negatives beyond round-off are refused.
     """
-    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
-    if lam.ndim != 1 or lam.size < 2:
+    if np.ndim(eigenvalues) != 1 or np.size(eigenvalues) < 2:
         raise InputError("need a 1-D spectrum with at least two eigenvalues")
+    lam = psd_spectrum(eigenvalues, "eigenvalues")
     if not lam[0] > 0:
         raise InputError("the largest eigenvalue must be positive")
     if n < 1 or min_size < 1:
