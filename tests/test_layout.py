@@ -16,7 +16,7 @@ LIB = Path(__file__).resolve().parents[1] / "lib"
 #: and from itself
 FLOORS = {
     "paths": 0, "progress": 0, "numbers": 0, "codehash": 0, "errors": 0,
-    "store": 1, "data": 1, "train": 1, "stats": 1, "verdicts": 1,
+    "store": 1, "data": 1, "train": 1, "stats": 1, "verdicts": 1, "validate": 1,
     "ntk": 2,
     "models": 3,
     "gemma": 4, "influence": 4, "lazy": 4,

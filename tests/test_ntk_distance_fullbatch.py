@@ -7,17 +7,18 @@ import dataclasses
 import numpy as np
 import pytest
 
+from ntkbook.errors import ConfigError
 from ntkbook.experiments import ntk_distance_fullbatch
 from ntkbook.verdicts import VERDICTS
 
 
 def test_config_validation():
     cfg = ntk_distance_fullbatch.Config.paper()
-    with pytest.raises(ValueError, match="not one of ntk_distance's tasks"):
+    with pytest.raises(ConfigError, match=r"ntk_distance_fullbatch\.task must be one of .*ntk_distance's tasks.*'mnist10'"):
         dataclasses.replace(cfg, task="mnist10")
-    with pytest.raises(ValueError, match="unknown models"):
+    with pytest.raises(ConfigError, match=r"\.models must be made of .*'mlp' unknown"):
         dataclasses.replace(cfg, models=("relu", "mlp"))
-    with pytest.raises(ValueError, match="base"):
+    with pytest.raises(ConfigError, match=r"\.base must be one of .*'huge'"):
         dataclasses.replace(cfg, base="huge")
 
 

@@ -55,6 +55,8 @@ STORE = ("tests/test_store.py", "tests/test_faults.py")
 ENTK = ("tests/test_entk.py",)
 TRAIN = ("tests/test_train.py",)
 MOD = ("tests/test_modular.py", "tests/test_key_numbers.py")
+VALID = ("tests/test_config_validation.py",)
+GUARDS = ("tests/test_numeric_guards.py",)
 
 MUTATIONS = [
     # -- layout: the house and its documentation (tests/test_layout.py) -------------------------
@@ -198,6 +200,45 @@ MUTATIONS = [
       ("has_const = bool(const_w[ci] > 0.5)", "has_const = False"), MOD),
     M("X3", "experiments/gram_conditioning.py", "G~ spectrum taken from X instead of the attention output A = G X",
       ("lam_a, rank_a, kappa_a = gram.factor_spectrum(A)", "lam_a, rank_a, kappa_a = gram.factor_spectrum(x)"), GRAM),
+    # -- guards of issue 17: config validation, spectra, eNTK inputs, Lanczos, precision -------
+    M("V1", "experiments/demo_sweep.py", "repeats range check dropped (repeats=0 stores a NaN slope)",
+      ("        v.positive_int(NAME, \"repeats\", self.repeats, \"an RMS error needs one estimate\")\n", ""), VALID),
+    M("V2", "experiments/influence_malleability.py", "even-width check dropped (the symmetric init fails late)",
+      ("        v.even_positive_int(NAME, \"width\", self.width, \"the symmetric initialisation pairs the units\")\n",
+       ""), VALID),
+    M("V3", "validate.py", "bool accepted as an integer",
+      ("return isinstance(value, int) and not isinstance(value, bool)", "return isinstance(value, int)"), VALID),
+    M("V4", "validate.py", "NaN accepted as a finite number",
+      ("ok = _is_number(value) and math.isfinite(value)", "ok = _is_number(value) and not math.isinf(value)"), VALID),
+    M("G1", "ntk/gram.py", "NaN/inf spectra not refused",
+      ("    if not np.all(np.isfinite(lam)):\n", "    if False:\n"), GUARDS),
+    M("G2", "ntk/gram.py", "negative eigenvalues beyond round-off not refused",
+      ("        if lam[-1] < -tol:\n", "        if False:\n"), GUARDS),
+    M("G3", "ntk/gram.py", "round-off tolerance of a spectrum without the factor n",
+      ("tol = lam.size * EPS * float(np.max(np.abs(lam)))", "tol = EPS * float(np.max(np.abs(lam)))"), GUARDS),
+    M("G4", "ntk/features.py", "find_cliffs no longer checks its spectrum",
+      ("    lam = psd_spectrum(eigenvalues, \"eigenvalues\")",
+       "    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]"), GUARDS),
+    M("G5", "ntk/entk.py", "class_index=True taken as 1",
+      ("        if isinstance(class_index, (bool, np.bool_)) or not (", "        if not ("), GUARDS),
+    M("G6", "ntk/entk.py", "mixed eNTK dtypes silent",
+      ("    if len(kinds) > 1 or narrower:", "    if False:"), GUARDS),
+    M("G7", "ntk/eig.py", "an operator's .dim not compared with dim",
+      ("    if op_dim is not None and op_dim != dim:", "    if False:"), GUARDS),
+    M("G8", "ntk/eig.py", "a failing first product not explained",
+      ("            if j or isinstance(exc, NtkbookError):", "            if True:"), GUARDS),
+    M("G9", "ntk/eig.py", "a Lanczos step ignores its re-orthogonalisation count",
+      ("        for _ in range(reorthogonalize):\n            w = w - Q.T @ (Q @ w)",
+       "        for _ in range(2):\n            w = w - Q.T @ (Q @ w)"), GUARDS),
+    M("G10", "ntk/entk.py", "one eNTK contraction at DEFAULT precision",
+      ("t = jnp.einsum(\"ncp,mcp->nm\", j1[i], j2[i], precision=_HIGHEST)",
+       "t = jnp.einsum(\"ncp,mcp->nm\", j1[i], j2[i], precision=jax.lax.Precision.DEFAULT)"), GUARDS),
+    M("G11", "models/two_layer.py", "the two-layer model's forward pass at DEFAULT precision",
+      ("    h = jax.nn.relu(jnp.matmul(W, x, precision=PRECISION))",
+       "    h = jax.nn.relu(jnp.matmul(W, x))"), GUARDS),
+    M("G12", "ntk/gram.py", "gram_spectrum's threshold off by a factor 2 (the tiny-value approx with abs=0)",
+      ("tol = (max(F.shape) * EPS * (s[0] if s.size else 0.0)) ** 2",
+       "tol = 2 * (max(F.shape) * EPS * (s[0] if s.size else 0.0)) ** 2"), ("tests/test_gram.py",)),
 ]
 
 

@@ -9,7 +9,7 @@ so ``except ValueError`` keeps working.
 
 from __future__ import annotations
 
-__all__ = ["NtkbookError", "ConfigError", "InputError"]
+__all__ = ["NtkbookError", "ConfigError", "InputError", "NumericalError"]
 
 
 class NtkbookError(Exception):
@@ -21,6 +21,11 @@ class ConfigError(NtkbookError, TypeError, ValueError):
     value outside the field's valid range."""
 
 
-class InputError(NtkbookError, ValueError):
+class InputError(NtkbookError, TypeError, ValueError):
     """An argument a library function cannot work with (non-finite values, a wrong shape or dtype,
-    a negative eigenvalue where a spectrum must be non-negative, ...)."""
+    a negative eigenvalue where a spectrum must be non-negative, an argument of the wrong kind, ...)."""
+
+
+class NumericalError(NtkbookError, FloatingPointError):
+    """A computation that failed on valid input: non-finite values appeared, or an iteration
+    stopped short; the message says which setting to change."""

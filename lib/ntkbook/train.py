@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ntkbook.errors import NtkbookError
+from ntkbook.errors import InputError, NtkbookError
 from ntkbook.progress import Progress
 
 __all__ = ["fit", "TrainResult", "TrainingDiverged", "NotTrained", "training_record", "require_trained"]
@@ -55,10 +55,10 @@ class TrainResult:
 
 def _check_data(data: Batch) -> int:
     if not isinstance(data, (tuple, list)) or not data:
-        raise TypeError("data must be a non-empty tuple of arrays with a common leading axis, e.g. (x, y)")
+        raise InputError("data must be a non-empty tuple of arrays with a common leading axis, e.g. (x, y)")
     sizes = {int(np.shape(a)[0]) for a in data}
     if len(sizes) != 1:
-        raise ValueError(f"the arrays in data have different leading sizes {sorted(sizes)}")
+        raise InputError(f"the arrays in data have different leading sizes {sorted(sizes)}")
     return sizes.pop()
 
 
@@ -146,13 +146,13 @@ def fit(
     data = tuple(jnp.asarray(a) for a in data)
     bs = n if batch_size is None else int(batch_size)
     if not 1 <= bs <= n:
-        raise ValueError(f"batch_size must be between 1 and the data size {n}, got {batch_size}")
+        raise InputError(f"batch_size must be between 1 and the data size {n}, got {batch_size}")
     if batch_order is not None:
         batch_order = np.asarray(batch_order)
         if batch_order.shape != (epochs, n):
-            raise ValueError(f"batch_order must have shape (epochs, N) = ({epochs}, {n}), got {batch_order.shape}")
+            raise InputError(f"batch_order must have shape (epochs, N) = ({epochs}, {n}), got {batch_order.shape}")
         if not (np.sort(batch_order, axis=1) == np.arange(n)).all():
-            raise ValueError("each row of batch_order must be a permutation of range(N)")
+            raise InputError("each row of batch_order must be a permutation of range(N)")
     full_steps, rest = divmod(n, bs)
     rest = 0 if drop_last else rest
     steps = full_steps + (1 if rest else 0)
@@ -254,19 +254,19 @@ def training_record(
       "trained"}], "all_trained": bool}``. A NaN accuracy or loss never counts as trained.
     """
     if min_train_acc is None and max_train_loss is None:
-        raise ValueError("give min_train_acc and/or max_train_loss: the criterion for 'trained'")
+        raise InputError("give min_train_acc and/or max_train_loss: the criterion for 'trained'")
     acc = None if final_train_acc is None else np.atleast_1d(np.asarray(final_train_acc, float))
     loss = None if final_train_loss is None else np.atleast_1d(np.asarray(final_train_loss, float))
     if min_train_acc is not None and acc is None:
-        raise ValueError("min_train_acc needs final_train_acc")
+        raise InputError("min_train_acc needs final_train_acc")
     if max_train_loss is not None and loss is None:
-        raise ValueError("max_train_loss needs final_train_loss")
+        raise InputError("max_train_loss needs final_train_loss")
     m = len(acc) if acc is not None else len(loss)
     if acc is not None and loss is not None and len(loss) != m:
-        raise ValueError(f"{m} accuracies but {len(loss)} losses")
+        raise InputError(f"{m} accuracies but {len(loss)} losses")
     labels = labels or [f"model {i}" for i in range(m)]
     if len(labels) != m:
-        raise ValueError(f"{m} models but {len(labels)} labels")
+        raise InputError(f"{m} models but {len(labels)} labels")
     parts = []
     if min_train_acc is not None:
         parts.append(f"final training accuracy >= {min_train_acc:g}")
@@ -294,7 +294,7 @@ def require_trained(record: Mapping[str, Any], what: str = "this result") -> Non
     alignments of an untrained network say nothing about what training does).
     """
     if not isinstance(record, Mapping) or "models" not in record:
-        raise TypeError("require_trained expects the dict made by ntkbook.train.training_record")
+        raise InputError("require_trained expects the dict made by ntkbook.train.training_record")
     bad = [r for r in record["models"] if not r["trained"]]
     if bad:
         def show(r):

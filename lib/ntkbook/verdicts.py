@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ntkbook.errors import InputError
+
 __all__ = ["REPRODUCES", "PARTLY", "DOES_NOT", "VERDICTS", "ladder", "by_threshold", "weakest"]
 
 REPRODUCES = "reproduces"
@@ -41,5 +43,5 @@ def weakest(verdicts: Iterable[str]) -> str:
     vs = list(verdicts)
     unknown = [v for v in vs if v not in VERDICTS]
     if unknown:
-        raise ValueError(f"unknown verdict(s) {unknown}; expected one of {VERDICTS}")
+        raise InputError(f"unknown verdict(s) {unknown}; expected one of {VERDICTS}")
     return max(vs, key=VERDICTS.index) if vs else DOES_NOT

@@ -37,6 +37,7 @@ import numpy as np
 
 from ntkbook.data import fetch
 from ntkbook.data.fetch import ChecksumError, DataNotFoundError, DownloadError
+from ntkbook.errors import InputError
 
 __all__ = [
     "Dataset",
@@ -334,17 +335,17 @@ def load(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
     if name == "digits":
         return load_digits()
     if name not in _LOADERS:
-        raise ValueError(f"unknown data set {name!r}; choose one of {sorted(_LOADERS) + ['digits']}")
+        raise InputError(f"unknown data set {name!r}; choose one of {sorted(_LOADERS) + ['digits']}")
     return _LOADERS[name](data_dir)
 
 
 def _class_index(ds: Dataset, c: int | str) -> int:
     if isinstance(c, str):
         if c not in ds.class_names:
-            raise ValueError(f"{ds.name} has no class {c!r}; classes: {ds.class_names}")
+            raise InputError(f"{ds.name} has no class {c!r}; classes: {ds.class_names}")
         return ds.class_names.index(c)
     if not 0 <= int(c) < len(ds.class_names):
-        raise ValueError(f"{ds.name} class index {c} out of range 0..{len(ds.class_names) - 1}")
+        raise InputError(f"{ds.name} class index {c} out of range 0..{len(ds.class_names) - 1}")
     return int(c)
 
 
@@ -365,18 +366,18 @@ def class_subset(
     The same ``(classes, n_per_class, split, seed)`` always gives the same examples.
     """
     if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        raise InputError(f"split must be 'train' or 'test', got {split!r}")
     x_all = ds.x_train if split == "train" else ds.x_test
     y_all = ds.y_train if split == "train" else ds.y_test
     idx = [_class_index(ds, c) for c in classes]
     if len(set(idx)) != len(idx):
-        raise ValueError(f"classes must be distinct, got {classes}")
+        raise InputError(f"classes must be distinct, got {classes}")
     rng = np.random.default_rng(seed)
     picks = []
     for c in idx:
         pool = np.flatnonzero(y_all == c)
         if n_per_class > pool.size:
-            raise ValueError(
+            raise InputError(
                 f"{ds.name} {split} has only {pool.size} examples of class {ds.class_names[c]!r}, "
                 f"{n_per_class} requested"
             )

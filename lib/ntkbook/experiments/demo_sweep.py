@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ntkbook import validate as v
 from ntkbook.progress import progress
 from ntkbook.stats import loglog_slope
 from ntkbook.store import PointStore, Result
@@ -39,6 +40,14 @@ class Config:
     @classmethod
     def paper(cls) -> "Config":
         return cls(sample_sizes=(16, 64, 256, 1024, 4096, 16384), repeats=400)
+
+    def __post_init__(self):
+        v.each(v.positive_int, NAME, "sample_sizes", self.sample_sizes)
+        v.require(NAME, "sample_sizes", self.sample_sizes, len(self.sample_sizes) >= 2, "at least two sizes",
+                  "the log-log slope needs two points")
+        v.increasing(NAME, "sample_sizes", self.sample_sizes)
+        v.positive_int(NAME, "repeats", self.repeats, "an RMS error needs one estimate")
+        v.int_at_least(NAME, "seed", self.seed, 0, "a NumPy seed")
 
 
 def estimate_seconds(config: Config) -> float:

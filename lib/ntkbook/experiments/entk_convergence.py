@@ -30,6 +30,7 @@ import dataclasses
 
 import numpy as np
 
+from ntkbook import validate as v
 from ntkbook.progress import Progress
 from ntkbook.stats import loglog_slope
 from ntkbook.store import PointStore, Result
@@ -61,6 +62,17 @@ class Config:
     @classmethod
     def paper(cls) -> "Config":
         return cls(n_per_class=8, widths=tuple(2**k for k in range(5, 15)), num_seeds=4)
+
+    def __post_init__(self):
+        v.positive_int(NAME, "n_per_class", self.n_per_class)
+        v.each(v.positive_int, NAME, "widths", self.widths)
+        v.require(NAME, "widths", self.widths, len(self.widths) >= 2, "at least two widths",
+                  "the log-log slope needs two points")
+        v.increasing(NAME, "widths", self.widths, "the first is the smallest, the last the largest")
+        v.positive_int(NAME, "num_seeds", self.num_seeds)
+        v.positive_int(NAME, "chunk", self.chunk)
+        v.int_at_least(NAME, "data_seed", self.data_seed, 0, "a NumPy seed")
+        v.int_in(NAME, "store_kernels_seed", self.store_kernels_seed, 0, self.num_seeds - 1, "one of the seeds run")
 
 
 def estimate_seconds(config: Config) -> float:

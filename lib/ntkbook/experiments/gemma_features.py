@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from ntkbook.errors import ConfigError, InputError
+from ntkbook import validate as v
 from ntkbook.progress import Progress, format_seconds
 from ntkbook.store import PointStore, Result
 from ntkbook.verdicts import DOES_NOT, by_threshold, ladder
@@ -95,6 +97,29 @@ class Config:
     @classmethod
     def paper(cls) -> "Config":
         return cls()
+
+    def __post_init__(self):
+        v.positive_int(NAME, "data_n_per_class", self.data_n_per_class)
+        v.int_in(NAME, "n_per_class", self.n_per_class, 1, self.data_n_per_class, "contexts the data set holds")
+        v.one_of(NAME, "data_scale", self.data_scale, ("smoke", "paper"))
+        v.require(NAME, "layers", self.layers, bool(self.layers + self.whole_layer_at),
+                  "non-empty (or whole_layer_at non-empty)", "at least one point")
+        for field in ("layers", "whole_layer_at"):
+            v.each(v.int_at_least, NAME, field, getattr(self, field), 0, "a layer index")
+            v.unique(NAME, field, getattr(self, field))
+        v.positive_int(NAME, "k", self.k)
+        v.int_at_least(NAME, "lanczos_steps", self.lanczos_steps, self.k, "Lanczos needs k <= steps")
+        v.int_at_least(NAME, "seed", self.seed, 0, "a JAX seed")
+        v.positive_int(NAME, "chunk", self.chunk)
+        v.positive_int(NAME, "pca_k", self.pca_k)
+        v.fraction(NAME, "train_fraction", self.train_fraction)
+        v.int_at_least(NAME, "split_seed", self.split_seed, 0, "a NumPy seed")
+        v.positive_int(NAME, "min_support", self.min_support)
+        v.positive_int(NAME, "min_words", self.min_words)
+        v.fraction(NAME, "max_top_share", self.max_top_share, high_closed=True)
+        v.int_at_least(NAME, "identity_contexts", self.identity_contexts, 0)
+        v.int_at_least(NAME, "identity_layer", self.identity_layer, 0, "a layer index")
+        v.positive_int(NAME, "top_n", self.top_n)
 
 
 def points_of(config: Config) -> list[tuple[int, str]]:
@@ -181,7 +206,7 @@ def subset(labels: np.ndarray, n_per_class: int) -> np.ndarray:
     for c in np.unique(labels):
         idx = np.flatnonzero(labels == c)
         if len(idx) < n_per_class:
-            raise ValueError(f"the data set has {len(idx)} contexts of class {c}, fewer than n_per_class = "
+            raise InputError(f"the data set has {len(idx)} contexts of class {c}, fewer than n_per_class = "
                              f"{n_per_class}")
         out.extend(idx[:n_per_class])
     return np.array(out)
@@ -230,10 +255,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     n_layers = GemmaConfig().n_layers  # Gemma-3-270M; checked again against the loaded weights
     for L, _ps in points_of(config):
         if not 0 <= L < n_layers:
-            raise ValueError(f"layer {L} out of range: Gemma-3-270M has layers 0..{n_layers - 1}")
-    if config.n_per_class > config.data_n_per_class:
-        raise ValueError(f"n_per_class ({config.n_per_class}) exceeds the data set's data_n_per_class "
-                         f"({config.data_n_per_class})")
+            raise ConfigError(f"{NAME}.layers: layer {L} out of range; Gemma-3-270M has layers "
+                              f"0..{n_layers - 1}")
     data = experiments.load_or_run("gemma_pos_data", config.data_scale, n_per_class=config.data_n_per_class)
     sel = subset(np.asarray(data["label"]), config.n_per_class)
     data = _take(data, sel)
@@ -243,7 +266,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     cfg, params, _ = gemma_weights.load()
     for L, _ps in points_of(config):
         if not 0 <= L < cfg.n_layers:
-            raise ValueError(f"layer {L} out of range: Gemma-3-270M has layers 0..{cfg.n_layers - 1}")
+            raise ConfigError(f"{NAME}.layers: layer {L} out of range; the loaded model has layers "
+                              f"0..{cfg.n_layers - 1}")
     t_load = time.perf_counter() - t0
     t0 = time.perf_counter()
     Gh = gemma_weights.unembedding_gram_sqrt(params)

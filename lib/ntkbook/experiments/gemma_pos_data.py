@@ -17,7 +17,9 @@ import time
 
 import numpy as np
 
+from ntkbook.errors import ConfigError
 from ntkbook.gemma.pos_data import CLASSES
+from ntkbook import validate as v
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
 
@@ -49,6 +51,11 @@ class Config:
     def paper(cls) -> "Config":
         return cls()
 
+    def __post_init__(self):
+        for field in ("n_per_class", "context_len", "per_story", "gen_tokens", "batch"):
+            v.positive_int(NAME, field, getattr(self, field))
+        v.int_at_least(NAME, "seed", self.seed, 0, "a seed of Python's random")
+
 
 def estimate_seconds(config: Config) -> float:
     """Measured at N = 32: about 3 candidates tried per kept context (the agreement rate is 17 % for
@@ -66,8 +73,6 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     from ntkbook.gemma import model as gemma_model  # noqa: PLC0415
 
     points = points or PointStore(None)
-    if config.n_per_class < 1 or config.context_len < 1:
-        raise ValueError("n_per_class and context_len must be positive")
     t0 = time.perf_counter()
     cfg, params, tok = gemma_weights.load()
     t_load = time.perf_counter() - t0
@@ -133,7 +138,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     bar.close()
     short = {c: target - len(kept[c]) for c in CLASSES if len(kept[c]) < target}
     if short:
-        raise RuntimeError(f"the TinyStories sample ran out of candidates: missing {short} contexts; "
+        raise ConfigError(f"the TinyStories sample ran out of candidates: missing {short} contexts; "
                            f"raise per_story or lower n_per_class")
     rows = [r for c in CLASSES for r in kept[c]]
     stats = [{"class": c, "tried": tried[c], "kept": len(kept[c]), "agreement": len(kept[c]) / max(tried[c], 1),

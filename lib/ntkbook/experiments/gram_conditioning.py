@@ -18,6 +18,7 @@ import numpy as np
 
 from ntkbook.models import attention
 from ntkbook.ntk import gram
+from ntkbook import validate as v
 from ntkbook.numbers import sci
 from ntkbook.progress import progress
 from ntkbook.store import PointStore, Result
@@ -61,6 +62,19 @@ class Config:
     @classmethod
     def paper(cls) -> "Config":
         return cls()
+
+    def __post_init__(self):
+        v.non_empty(NAME, "datasets", self.datasets)
+        v.all_in(NAME, "datasets", self.datasets, DATASETS)
+        v.unique(NAME, "datasets", self.datasets)
+        v.positive_int(NAME, "n_per_class", self.n_per_class)
+        v.int_at_least(NAME, "seed", self.seed, 0, "a NumPy seed")
+        v.each(v.positive_int, NAME, "ds", self.ds)
+        v.unique(NAME, "ds", self.ds)
+        v.non_empty(NAME, "rel_ridges", self.rel_ridges)
+        v.each(v.finite_positive, NAME, "rel_ridges", self.rel_ridges)
+        v.number_in(NAME, "verify_limit", self.verify_limit, 1.0, math.inf, why="a bound on a condition number")
+        v.fraction(NAME, "delta", self.delta, "a failure probability")
 
 
 def estimate_seconds(config: Config) -> float:

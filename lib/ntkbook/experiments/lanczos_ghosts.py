@@ -33,6 +33,7 @@ import dataclasses
 
 import numpy as np
 
+from ntkbook import validate as v
 from ntkbook.progress import progress
 from ntkbook.store import PointStore, Result
 from ntkbook.verdicts import ladder, weakest
@@ -123,6 +124,23 @@ class Config:
     @classmethod
     def paper(cls) -> "Config":
         return cls()
+
+    def __post_init__(self):
+        v.positive_int(NAME, "n_top", self.n_top)
+        v.int_at_least(NAME, "dim", self.dim, self.n_top + 1, "the top eigenvalues and a bulk")
+        v.finite_positive(NAME, "top", self.top)
+        v.fraction(NAME, "ratio", self.ratio, "the top eigenvalues fall geometrically")
+        v.finite_positive(NAME, "bulk", self.bulk)
+        v.positive_int(NAME, "k", self.k)
+        v.int_in(NAME, "num_steps", self.num_steps, self.k, self.dim, "Lanczos needs k <= steps <= dim")
+        v.positive_int(NAME, "entk_n_per_class", self.entk_n_per_class)
+        v.positive_int(NAME, "entk_width", self.entk_width)
+        n = 10 * self.entk_n_per_class
+        v.int_in(NAME, "entk_steps", self.entk_steps, self.k, n,
+                 "Lanczos needs k <= steps <= dim, here N = 10 * entk_n_per_class")
+        v.int_in(NAME, "n_check", self.n_check, 1, min(self.dim, n), "eigenvalues of the smaller operator")
+        v.fraction(NAME, "ghost_rtol", self.ghost_rtol)
+        v.int_at_least(NAME, "seed", self.seed, 0, "a NumPy and JAX seed")
 
 
 def estimate_seconds(config: Config) -> float:

@@ -32,6 +32,7 @@ from ntkbook.ntk import eig
 from ntkbook.ntk import entk
 from ntkbook.ntk import features
 from ntkbook.models import modular
+from ntkbook import validate as v
 from ntkbook.progress import Progress
 from ntkbook.stats import first_crossing, mean_spread
 from ntkbook.store import PointStore, Result
@@ -94,6 +95,25 @@ class Config:
         # this takes minutes on a GPU but hours on a 2-core CPU (~2-5 min per kernel), where
         # ``kernel="closed_form"`` gives the same kernels (checked to round-off) in seconds.
         return cls(kernel="engine")
+
+    def __post_init__(self):
+        v.int_at_least(NAME, "p", self.p, 3)
+        v.require(NAME, "p", self.p, all(self.p % q for q in range(2, math.isqrt(self.p) + 1)), "a prime",
+                  "the Fourier analysis of Z_p")
+        v.positive_int(NAME, "width", self.width)
+        v.one_of(NAME, "activation", self.activation, modular.ACTIVATIONS)
+        v.fraction(NAME, "train_fraction", self.train_fraction)
+        v.finite_positive(NAME, "lr", self.lr)
+        v.finite_non_negative(NAME, "weight_decay", self.weight_decay)
+        v.positive_int(NAME, "epochs", self.epochs)
+        v.positive_int(NAME, "snapshot_every", self.snapshot_every)
+        v.non_empty(NAME, "seeds", self.seeds)
+        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
+        v.unique(NAME, "seeds", self.seeds)
+        v.one_of(NAME, "kernel", self.kernel, ("engine", "closed_form"))
+        v.int_in(NAME, "n_eigvecs", self.n_eigvecs, 0, self.p**2, "eigenvectors of the p² x p² kernel")
+        v.boolean(NAME, "crosscheck", self.crosscheck)
+        v.int_in(NAME, "crosscheck_k", self.crosscheck_k, 0, self.p**2, "eigenpairs of the p² x p² kernel")
 
 
 def variants(scale: str) -> dict[str, dict[str, Any]]:
@@ -209,8 +229,6 @@ def class_mean_kernel(config: Config, params) -> np.ndarray:
     x, _, _, _ = modular.dataset(config.p)
     if config.kernel == "closed_form":
         return modular.class_mean_entk_closed_form(params, x, config.activation)
-    if config.kernel != "engine":
-        raise ValueError(f"kernel must be 'engine' or 'closed_form', got {config.kernel!r}")
     p64 = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
     k = entk.entk(modular.make_apply(config.activation), p64, jnp.asarray(x, dtype=jnp.float64),
                    reduction="class_mean", batch_size=_batch_size(config))
@@ -340,8 +358,6 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     cliffs, Fourier overlaps), keep eigenvectors and the cross-check for the first seed, and
     summarise grokking, dynamics and the final alignment (see the module docstring)."""
     points = points or PointStore(None)
-    if config.activation not in modular.ACTIVATIONS:
-        raise ValueError(f"unknown activation {config.activation!r}")
     snap_epochs = _snapshot_epochs(config)
     N = config.p**2
     bases = feature_bases(config.p)

@@ -36,11 +36,13 @@ import numpy as np
 import optax
 import scipy.linalg
 
+from ntkbook.errors import ConfigError, InputError
 from ntkbook import data
 from ntkbook.ntk import eig
 from ntkbook.ntk import entk
 from ntkbook.ntk import features
 from ntkbook.models import transformer
+from ntkbook import validate as v
 from ntkbook.progress import Progress
 from ntkbook.stats import first_crossing
 from ntkbook.store import PointStore, Result
@@ -138,6 +140,31 @@ class Config:
     @classmethod
     def paper(cls) -> "Config":
         return cls()
+
+    def __post_init__(self):
+        v.int_at_least(NAME, "p", self.p, 3)
+        for field in ("d_model", "n_heads", "d_head", "d_mlp"):
+            v.positive_int(NAME, field, getattr(self, field))
+        v.fraction(NAME, "train_fraction", self.train_fraction)
+        v.finite_positive(NAME, "lr", self.lr)
+        v.finite_non_negative(NAME, "weight_decay", self.weight_decay)
+        v.positive_int(NAME, "batch_size", self.batch_size)
+        v.positive_int(NAME, "epochs", self.epochs)
+        v.non_empty(NAME, "seeds", self.seeds)
+        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
+        v.unique(NAME, "seeds", self.seeds)
+        v.one_of(NAME, "dtype", self.dtype, ("float32", "float64"))
+        v.int_at_least(NAME, "replay_epochs", self.replay_epochs, 0)
+        v.require(NAME, "replay_epochs", self.replay_epochs,
+                  self.replay_epochs == 0 or (self.p == 29 and self.shape == transformer.Shape()),
+                  "0 unless the model is the author's (p = 29, d_model 64, 4 heads of 16, d_mlp 256)",
+                  "the replay runs the author's recorded model")
+        v.positive_int(NAME, "snapshot_every", self.snapshot_every)
+        v.fraction(NAME, "key_threshold", self.key_threshold, high_closed=True)
+        v.fraction(NAME, "grok_level", self.grok_level, "a test accuracy", high_closed=True)
+        v.positive_int(NAME, "n_eigvecs", self.n_eigvecs)
+        v.boolean(NAME, "trace_kernels", self.trace_kernels)
+        v.int_at_least(NAME, "lanczos_k", self.lanczos_k, 0)
 
     @property
     def shape(self) -> transformer.Shape:
@@ -264,7 +291,7 @@ def cheap_top_vectors(params, p: int, k: int) -> dict[str, np.ndarray]:
         w, V = w[::-1][:k], V[:, ::-1][:, :k]
         s = np.sqrt(np.clip(w, 0.0, None))
         if s[-1] <= 1e-10 * s[0]:
-            raise ValueError(f"{name}: fewer than {k} non-zero singular values; lower k")
+            raise InputError(f"{name}: fewer than {k} non-zero singular values; lower k")
         out[name] = (M @ V) / s
         out[name + "_sv"] = s
     return out
@@ -304,7 +331,7 @@ def group_kernels(params, p: int, reduction: str, batch_size: int | None = None)
         ks = entk.entk_layerwise(transformer.apply, p64, x, layers=group_layers(), reduction="class_mean",
                                   batch_size=batch_size or 64)
     else:
-        raise ValueError(f"reduction must be 'mean_logit' or 'trace', got {reduction!r}")
+        raise InputError(f"reduction must be 'mean_logit' or 'trace', got {reduction!r}")
     return {k: np.asarray(v, dtype=np.float64) for k, v in ks.items()}
 
 
@@ -413,14 +440,11 @@ def _setup(config: Config, run: str):
     X, Y = transformer.dataset(config.p)
     if run == "replay":
         rp = data.load_transformer_replay()
-        if config.p != 29 or config.shape != transformer.Shape():
-            raise ValueError("the replay needs the author's model (p = 29, d_model 64, 4 heads of 16, "
-                             f"d_mlp 256); got {config.shape}")
         params = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in rp.params.items()}
         tr, te = transformer.rows_of(rp.train_x, 29), transformer.rows_of(rp.test_x, 29)
         epochs = config.replay_epochs
         if epochs > rp.perms.shape[0]:
-            raise ValueError(f"replay_epochs={epochs} exceeds the {rp.perms.shape[0]} recorded epochs")
+            raise ConfigError(f"{NAME}.replay_epochs={epochs} exceeds the {rp.perms.shape[0]} recorded epochs; lower it")
         s = AUTHOR_SETTINGS
         return (params, X[tr], Y[tr], X[te], Y[te], rp.perms[:epochs], epochs, 0,
                 dict(lr=s["lr"], weight_decay=s["weight_decay"], batch_size=s["batch_size"]))
@@ -552,8 +576,6 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     run's trace kernels and Lanczos comparison, and assemble the result (see the module
     docstring)."""
     points = points or PointStore(None)
-    if not config.seeds:
-        raise ValueError("need at least one seed")
     names = run_names(config)
     main = main_run(config)
     bar = Progress(len(names) + 1, desc=f"{NAME} p={config.p}")

@@ -63,6 +63,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError, NumericalError
+from ntkbook import validate as v
 from ntkbook.lazy import distance
 from ntkbook.models import two_layer
 from ntkbook.progress import Progress
@@ -187,28 +189,46 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        bad = [t for t in set(self.tasks) | set(self.adam_tasks) | set(self.adam_wide_tasks) | set(self.gd_wide_tasks)
-               if t not in distance.TASKS]
-        if bad:
-            raise ValueError(f"unknown task(s) {bad}; known: {', '.join(distance.TASKS)}")
-        if not set(self.adam_tasks) <= set(self.tasks) or not (
-                set(self.adam_wide_tasks) | set(self.scaled_lr_tasks)) <= set(self.adam_tasks):
-            raise ValueError(f"adam_wide_tasks {self.adam_wide_tasks} and scaled_lr_tasks {self.scaled_lr_tasks} "
-                             f"must be among adam_tasks {self.adam_tasks}, and those among tasks {self.tasks}")
-        if (set(self.wide_models) | set(self.budget_models)) - set(self.models):
-            raise ValueError(f"wide_models {self.wide_models} and budget_models {self.budget_models} must be "
-                             f"among models {self.models}")
-        if set(self.models) - set(distance.MODELS):
-            raise ValueError(f"models must be among {tuple(distance.MODELS)}, got {self.models}")
-        if set(self.lr_rules) - set(LR_RULES):
-            raise ValueError(f"lr_rules must be among {tuple(LR_RULES)}, got {self.lr_rules}")
-        if set(self.gd_wide_tasks) - set(self.tasks):
-            raise ValueError(f"gd_wide_tasks {self.gd_wide_tasks} must be among tasks {self.tasks}")
-        odd = [m for m in tuple(self.widths) + tuple(self.adam_widths) + tuple(self.adam_wide_widths)
-               + (self.budget_width,) if m % 2]
-        if odd:
-            raise ValueError(f"the symmetric initialisation needs even widths, got {odd}")
-
+        for field in ("tasks", "models", "seeds", "widths", "snapshots", "adam_tasks", "adam_widths",
+                      "budget_epochs"):
+            v.non_empty(NAME, field, getattr(self, field))
+        v.all_in(NAME, "tasks", self.tasks, distance.TASKS)
+        v.all_in(NAME, "models", self.models, distance.MODELS)
+        v.all_in(NAME, "lr_rules", self.lr_rules, LR_RULES)
+        for field in ("adam_tasks", "gd_wide_tasks"):
+            v.all_in(NAME, field, getattr(self, field), self.tasks, "tasks that are run")
+        for field in ("adam_wide_tasks", "scaled_lr_tasks"):
+            v.all_in(NAME, field, getattr(self, field), self.adam_tasks, "tasks of the Adam line")
+        for field in ("wide_models", "budget_models"):
+            v.all_in(NAME, field, getattr(self, field), self.models, "models that are run")
+        for field in ("tasks", "models", "seeds", "adam_tasks", "lr_rules", "scaled_lr_tasks", "wide_models",
+                      "gd_wide_tasks", "adam_wide_tasks", "budget_l2", "budget_models"):
+            v.unique(NAME, field, getattr(self, field))
+        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
+        v.positive_int(NAME, "n_train_per_class", self.n_train_per_class)
+        v.positive_int(NAME, "n_test_per_class", self.n_test_per_class)
+        for field in ("widths", "adam_widths", "scaled_lr_widths", "adam_wide_widths"):
+            v.each(v.even_positive_int, NAME, field, getattr(self, field), "the symmetric initialisation pairs the units")
+            v.increasing(NAME, field, getattr(self, field))
+        v.even_positive_int(NAME, "budget_width", self.budget_width, "the symmetric initialisation pairs the units")
+        v.finite_positive(NAME, "lr", self.lr)
+        v.each(v.int_at_least, NAME, "snapshots", self.snapshots, 0)
+        v.increasing(NAME, "snapshots", self.snapshots, "GD runs on from one snapshot to the next")
+        v.int_at_least(NAME, "adam_epochs", self.adam_epochs, 0)
+        v.finite_positive(NAME, "adam_lr", self.adam_lr)
+        v.positive_int(NAME, "adam_batch", self.adam_batch)
+        v.finite_non_negative(NAME, "adam_l2", self.adam_l2)
+        v.positive_int(NAME, "lr_ref_width", self.lr_ref_width)
+        for i, cap in enumerate(self.adam_width_caps):
+            v.require(NAME, f"adam_width_caps[{i}]", cap,
+                      isinstance(cap, tuple) and len(cap) == 2 and cap[0] in self.adam_tasks and isinstance(cap[1], int) and cap[1] >= 1,
+                      "a pair (task of adam_tasks, positive width)")
+        v.unique(NAME, "adam_width_caps", tuple(cap[0] for cap in self.adam_width_caps), "one cap per task")
+        v.each(v.positive_int, NAME, "budget_epochs", self.budget_epochs)
+        v.increasing(NAME, "budget_epochs", self.budget_epochs, "one run is read at each")
+        v.each(v.finite_non_negative, NAME, "budget_l2", self.budget_l2)
+        v.positive_int(NAME, "n_hyperplanes", self.n_hyperplanes)
+        v.one_of(NAME, "train_dtype", self.train_dtype, ("float32", "float64"))
 
 def setup(config: Config) -> distance.Setup:
     """The data, NTK-predictor and geometry settings of ``config`` (:class:`ntkbook.lazy.distance.Setup`)."""
@@ -227,7 +247,7 @@ def adam_lr_for(config: Config, rule: str, width: int) -> float:
         return config.adam_lr
     if rule == "inv_sqrt_m":
         return config.adam_lr * math.sqrt(config.lr_ref_width / width)
-    raise ValueError(f"unknown lr rule {rule!r}; known: {', '.join(LR_RULES)}")
+    raise InputError(f"unknown lr rule {rule!r}; known: {', '.join(LR_RULES)}")
 
 
 _DIMS = {"mnist": 784, "fashion-mnist": 784, "cifar10": 3072}
@@ -304,7 +324,7 @@ def gd_point(ctr, ytr, cte, hte2, f_ntk, K_inf, config: Config, width: int, seed
         d_train.append(distance.rms_distance(ftr, f_tr_ntk[i]))
         kmove.append(np.linalg.norm(two_layer.entk_W({"W": W, "a": a}, ctr) - K0) / np.linalg.norm(K0))
     if not np.all(np.isfinite(fte)):
-        raise FloatingPointError(f"GD diverged at width {width}, seed {seed}; lower Config.lr")
+        raise NumericalError(f"GD diverged at width {width}, seed {seed}; lower Config.lr")
     scalars = {
         "dist_test_T": float(d_test[-1]),
         "dist_train_T": float(d_train[-1]),

@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+from ntkbook import validate as v
 from ntkbook.lazy import distance
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -57,14 +58,20 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        if self.task not in distance.TASKS:
-            raise ValueError(f"task {self.task!r} is not one of ntk_distance's tasks {tuple(distance.TASKS)}")
-        unknown = set(self.models) - set(distance.MODELS)
-        if unknown:
-            raise ValueError(f"unknown models {sorted(unknown)}; ntk_distance has {tuple(distance.MODELS)}")
-        if self.base not in distance.SETUPS:
-            raise ValueError(f"base must be one of {tuple(distance.SETUPS)}, got {self.base!r}")
-
+        v.one_of(NAME, "task", self.task, distance.TASKS, "one of ntk_distance's tasks")
+        v.non_empty(NAME, "models", self.models)
+        v.all_in(NAME, "models", self.models, distance.MODELS, "ntk_distance's models")
+        v.unique(NAME, "models", self.models)
+        v.non_empty(NAME, "widths", self.widths)
+        v.each(v.even_positive_int, NAME, "widths", self.widths, "the symmetric initialisation pairs the units")
+        v.increasing(NAME, "widths", self.widths)
+        v.non_empty(NAME, "seeds", self.seeds)
+        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
+        v.unique(NAME, "seeds", self.seeds)
+        v.positive_int(NAME, "steps", self.steps)
+        v.finite_positive(NAME, "lr", self.lr)
+        v.finite_non_negative(NAME, "l2", self.l2)
+        v.one_of(NAME, "base", self.base, distance.SETUPS, "an ntk_distance preset")
 
 def estimate_seconds(config: Config) -> float:
     """About 5.5 s per 1000 full-batch steps at m = 1024 on MNIST (measured on 2 CPU cores), for

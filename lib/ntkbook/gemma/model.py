@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = [
     "GemmaConfig",
     "LAYER_KEYS",
@@ -90,7 +92,7 @@ class GemmaConfig:
 
     def __post_init__(self):
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+            raise InputError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
 
     @property
     def embed_scale(self) -> float:
@@ -109,9 +111,9 @@ class GemmaConfig:
                 raise KeyError(f"GGUF metadata lacks {full!r}: is this a Gemma-3 file?")
             return meta[full]
         if meta.get("general.architecture") != "gemma3":
-            raise ValueError(f"expected a gemma3 GGUF, got architecture {meta.get('general.architecture')!r}")
+            raise InputError(f"expected a gemma3 GGUF, got architecture {meta.get('general.architecture')!r}")
         if int(get("attention.key_length")) != int(get("attention.value_length")):
-            raise ValueError("key and value head sizes differ; not supported")
+            raise InputError("key and value head sizes differ; not supported")
         head_dim = int(get("attention.key_length"))
         return cls(
             vocab_size=int(meta["vocab_size"]),
@@ -258,10 +260,10 @@ def _is_global(cfg: GemmaConfig) -> np.ndarray:
 
 def check_layer(cfg: GemmaConfig, L: int, *, allow_end: bool = True) -> int:
     """``L`` as an int, checked to be a layer index of ``cfg`` (``L = n_layers``, the output of the
-    last layer, allowed with ``allow_end``); ``ValueError`` otherwise."""
+    last layer, allowed with ``allow_end``); ``InputError`` otherwise."""
     top = cfg.n_layers if allow_end else cfg.n_layers - 1
     if not isinstance(L, (int, np.integer)) or not (0 <= int(L) <= top):
-        raise ValueError(f"layer index must be an integer in [0, {top}] for this {cfg.n_layers}-layer "
+        raise InputError(f"layer index must be an integer in [0, {top}] for this {cfg.n_layers}-layer "
                          f"model, got {L!r}")
     return int(L)
 
@@ -270,15 +272,15 @@ def check_ids(cfg: GemmaConfig, ids) -> jax.Array:
     """``ids`` as a JAX array, checked to be one non-empty sequence of token ids in the window."""
     ids = jnp.asarray(ids)
     if ids.ndim != 1:
-        raise ValueError(f"token ids must be one sequence of shape (T,), got shape {ids.shape}; "
+        raise InputError(f"token ids must be one sequence of shape (T,), got shape {ids.shape}; "
                          f"vmap over a batch")
     if ids.shape[0] == 0:
-        raise ValueError("empty token sequence")
+        raise InputError("empty token sequence")
     if ids.shape[0] > cfg.max_context:
-        raise ValueError(f"context of {ids.shape[0]} tokens is longer than the model's window of "
+        raise InputError(f"context of {ids.shape[0]} tokens is longer than the model's window of "
                          f"{cfg.max_context}; truncate it (keep the last {cfg.max_context} tokens)")
     if not jnp.issubdtype(ids.dtype, jnp.integer):
-        raise TypeError(f"token ids must be integers, got {ids.dtype}")
+        raise InputError(f"token ids must be integers, got {ids.dtype}")
     return ids
 
 
@@ -310,13 +312,13 @@ def forward_from(params, cfg: GemmaConfig, h, L: int, *, layer_L: Mapping[str, j
     some or all of :data:`LAYER_KEYS`): the function an operator at layer ``L`` differentiates."""
     L = check_layer(cfg, L)
     if h.ndim != 2 or h.shape[-1] != cfg.d_model:
-        raise ValueError(f"residual must have shape (T, {cfg.d_model}), got {h.shape}")
+        raise InputError(f"residual must have shape (T, {cfg.d_model}), got {h.shape}")
     if h.shape[0] > cfg.max_context:
-        raise ValueError(f"context of {h.shape[0]} tokens is longer than the model's window of {cfg.max_context}")
+        raise InputError(f"context of {h.shape[0]} tokens is longer than the model's window of {cfg.max_context}")
     layers = params["layers"]
     if layer_L is not None:
         if L == cfg.n_layers:
-            raise ValueError("layer_L given but L = n_layers (no layer to replace)")
+            raise InputError("layer_L given but L = n_layers (no layer to replace)")
         lp = {k: v[L] for k, v in layers.items()}
         unknown = set(layer_L) - set(lp)
         if unknown:
@@ -392,7 +394,7 @@ def greedy_generate(params, cfg: GemmaConfig, ids, n_new: int) -> np.ndarray:
     single = ids.ndim == 1
     ids = ids[None] if single else ids
     if ids.ndim != 2:
-        raise ValueError(f"ids must be (T,) or (B, T), got shape {ids.shape}")
+        raise InputError(f"ids must be (T,) or (B, T), got shape {ids.shape}")
     B, T0 = ids.shape
     total = T0 + n_new
     check_ids(cfg, np.zeros(total, np.int32))

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from ntkbook.errors import InputError
 from ntkbook.gemma import model as gemma_model
 from ntkbook.ntk.operator import KernelOperator
 
@@ -59,16 +60,16 @@ PARAM_SETS: dict[str, tuple[str, ...]] = {"down_proj": ("down",), "layer": gemma
 
 def param_keys(param_set: str | Sequence[str]) -> tuple[str, ...]:
     """The layer keys of a parameter set: a name of :data:`PARAM_SETS` or a tuple of keys of
-    :data:`ntkbook.gemma.model.LAYER_KEYS` (checked; ``ValueError`` otherwise)."""
+    :data:`ntkbook.gemma.model.LAYER_KEYS` (checked; ``InputError`` otherwise)."""
     if isinstance(param_set, str):
         if param_set not in PARAM_SETS:
-            raise ValueError(f"unknown parameter set {param_set!r}; use one of {sorted(PARAM_SETS)} "
+            raise InputError(f"unknown parameter set {param_set!r}; use one of {sorted(PARAM_SETS)} "
                              f"or a tuple of layer keys from {gemma_model.LAYER_KEYS}")
         return PARAM_SETS[param_set]
     keys = tuple(param_set)
     bad = [k for k in keys if k not in gemma_model.LAYER_KEYS]
     if bad or not keys:
-        raise ValueError(f"unknown layer parameters {bad}; choose from {gemma_model.LAYER_KEYS}")
+        raise InputError(f"unknown layer parameters {bad}; choose from {gemma_model.LAYER_KEYS}")
     return keys
 
 
@@ -77,7 +78,7 @@ def gram_sqrt(unembed, *, block: int = 16384) -> np.ndarray:
     are clamped to zero.  Accumulated over blocks of rows (the full float64 ``U`` is not formed)."""
     U = np.asarray(unembed)
     if U.ndim != 2:
-        raise ValueError(f"unembedding must be (V, d), got shape {U.shape}")
+        raise InputError(f"unembedding must be (V, d), got shape {U.shape}")
     d = U.shape[1]
     Gm = np.zeros((d, d))
     for s in range(0, U.shape[0], block):
@@ -101,7 +102,7 @@ def compute_residuals(params, cfg: gemma_model.GemmaConfig, contexts, L: int, *,
     """
     contexts = np.asarray(contexts)
     if contexts.ndim != 2:
-        raise ValueError(f"contexts must be (N, T) token ids, got shape {contexts.shape}")
+        raise InputError(f"contexts must be (N, T) token ids, got shape {contexts.shape}")
     gemma_model.check_layer(cfg, L)
     gemma_model.check_ids(cfg, contexts[0])
     fn = _residual_fn(cfg, L)
@@ -170,10 +171,10 @@ def layer_operator(params, cfg: gemma_model.GemmaConfig, residuals, L: int, *,
     keys = param_keys(param_set)
     h = np.asarray(residuals)
     if h.ndim != 3 or h.shape[2] != cfg.d_model:
-        raise ValueError(f"residuals must be (N, T, {cfg.d_model}), got {h.shape}")
+        raise InputError(f"residuals must be (N, T, {cfg.d_model}), got {h.shape}")
     N, T, d = h.shape
     if T > cfg.max_context:
-        raise ValueError(f"contexts of {T} tokens exceed the model's window of {cfg.max_context}")
+        raise InputError(f"contexts of {T} tokens exceed the model's window of {cfg.max_context}")
     devices = list(devices if devices is not None else jax.local_devices())
     ndev = len(devices)
     chunk = int(math.ceil(max(1, min(chunk, N)) / ndev) * ndev)
@@ -189,7 +190,7 @@ def layer_operator(params, cfg: gemma_model.GemmaConfig, residuals, L: int, *,
     P_count = int(sum(np.prod(v.shape) for v in theta.values()))
     Gh = None if gram_half is None else np.asarray(gram_half, np.float64)
     if Gh is not None and Gh.shape != (d, d):
-        raise ValueError(f"gram_half must be ({d}, {d}), got {Gh.shape}")
+        raise InputError(f"gram_half must be ({d}, {d}), got {Gh.shape}")
 
     def F(th, rest, hb):
         return jax.vmap(lambda x: gemma_model.forward_from(rest, cfg, x, L, layer_L=th)[-1])(hb)

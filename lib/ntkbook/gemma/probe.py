@@ -16,6 +16,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = ["stratified_split", "pca_scores", "evaluate_task", "evaluate_tasks", "morph_tasks",
            "precision_at_k"]
 
@@ -24,7 +26,7 @@ def stratified_split(labels: Sequence, train_fraction: float = 0.5, seed: int = 
     """Indices (train, test): within each label value a ``random.Random(seed)`` shuffle, the first
     ``round(train_fraction * n)`` to train."""
     if not 0 < train_fraction < 1:
-        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+        raise InputError(f"train_fraction must be in (0, 1), got {train_fraction}")
     labels = list(labels)
     rng = random.Random(seed)
     train, test = [], []
@@ -42,7 +44,7 @@ def pca_scores(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     and the fraction of variance each explains."""
     X = np.asarray(X, np.float64)
     if X.ndim != 2:
-        raise ValueError(f"X must be (N, D), got {X.shape}")
+        raise InputError(f"X must be (N, D), got {X.shape}")
     Xc = X - X.mean(0)
     U, s, _ = np.linalg.svd(Xc, full_matrices=False)
     k = min(k, len(s))
@@ -66,7 +68,7 @@ def evaluate_task(scores: np.ndarray, y: np.ndarray, train: np.ndarray, test: np
     ytr, yte = y[train], y[test]
     for name, part in (("training", ytr), ("test", yte)):
         if part.all() or not part.any():
-            raise ValueError(f"the {name} half has only one class ({int(part.sum())} positives of "
+            raise InputError(f"the {name} half has only one class ({int(part.sum())} positives of "
                              f"{len(part)}): the task is too small to evaluate")
     best = (-1.0, 0, 1)
     for i, s in enumerate(np.asarray(scores)):

@@ -21,6 +21,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = ["build_sentencepiece_model", "GemmaTokenizer"]
 
 WS = "\u2581"
@@ -70,13 +72,13 @@ class GemmaTokenizer:
         self.eos_id = self.sp.eos_id()
         self.vocab_size = self.sp.get_piece_size()
         if self.bos_id < 0:
-            raise ValueError(f"tokenizer model {model_file} has no BOS piece; rebuild the cache")
+            raise InputError(f"tokenizer model {model_file} has no BOS piece; rebuild the cache")
         self._nbytes = None
 
     def encode(self, text: str, *, bos: bool = False) -> list[int]:
         """Token ids of ``text`` (BOS prepended when ``bos``)."""
         if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+            raise InputError(f"text must be a str, got {type(text).__name__}")
         ids = self.sp.encode(text)
         return [self.bos_id, *ids] if bos else list(ids)
 
@@ -118,5 +120,6 @@ class GemmaTokenizer:
                 else char_of_byte[end] + 1
             b = end
         if b != len(raw):
-            raise RuntimeError(f"token byte lengths sum to {b}, text has {len(raw)} bytes: offsets unreliable")
+            raise InputError(f"token byte lengths sum to {b}, text has {len(raw)} bytes: offsets unreliable "
+                             "(the text does not round-trip through the tokenizer)")
         return ids, offs

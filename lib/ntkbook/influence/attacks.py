@@ -30,22 +30,24 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from ntkbook.errors import InputError
+
 __all__ = ["fgsm", "pgd", "mim", "project", "random_sign", "ATTACKS"]
 
 
 def _check(x, eps, mask):
     x = jnp.asarray(x)
     if x.ndim != 2:
-        raise ValueError(f"x must be a batch of shape (N, D), got shape {x.shape}")
+        raise InputError(f"x must be a batch of shape (N, D), got shape {x.shape}")
     if not (eps >= 0):
-        raise ValueError(f"eps must be >= 0, got {eps}")
+        raise InputError(f"eps must be >= 0, got {eps}")
     if bool(jnp.any(x < 0)) or bool(jnp.any(x > 1)):
-        raise ValueError("x must lie in the box [0, 1] (pixels scaled to [0, 1])")
+        raise InputError("x must lie in the box [0, 1] (pixels scaled to [0, 1])")
     if mask is None:
         mask = jnp.ones(x.shape[0], bool)
     mask = jnp.asarray(mask, bool)
     if mask.shape != (x.shape[0],):
-        raise ValueError(f"mask must have shape ({x.shape[0]},), got {mask.shape}")
+        raise InputError(f"mask must have shape ({x.shape[0]},), got {mask.shape}")
     return x, mask
 
 
@@ -105,7 +107,7 @@ def pgd(loss_fn: Callable, x, eps: float, *, args: tuple = (), mask=None, steps:
     ``eps`` for the iterate to be able to reach the ball's faces from the centre."""
     x, mask = _check(x, eps, mask)
     if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+        raise InputError(f"steps must be >= 1, got {steps}")
     key = jax.random.PRNGKey(0) if key is None else key
     e = jnp.asarray(eps, x.dtype)
     start_eps = e if random_start else jnp.asarray(0.0, x.dtype)
@@ -120,7 +122,7 @@ def mim(loss_fn: Callable, x, eps: float, *, args: tuple = (), mask=None, steps:
     sign of the L1-normalised gradient accumulated with momentum ``decay``."""
     x, mask = _check(x, eps, mask)
     if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+        raise InputError(f"steps must be >= 1, got {steps}")
     step_size = eps / steps if step_size is None else step_size
     return _mim(loss_fn, x, jnp.asarray(eps, x.dtype), jnp.asarray(step_size, x.dtype), mask,
                 int(steps), jnp.asarray(decay, x.dtype), tuple(args))

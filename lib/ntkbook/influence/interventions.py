@@ -32,12 +32,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError
 from ntkbook.influence import attacks, scores
 from ntkbook.influence.losses import attack_loss
 from ntkbook.influence.tasks import accuracy, targets
 from ntkbook.models import attention, two_layer
 
-__all__ = ["EvalSettings", "SCORE_KEYS", "influences", "run_attack", "evaluate"]
+__all__ = ["INTERVENTIONS", "EvalSettings", "SCORE_KEYS", "influences", "run_attack", "evaluate"]
+
+#: the interventions :func:`evaluate` knows
+INTERVENTIONS = ("adversarial", "transformed", "curated", "null")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,13 +133,13 @@ def run_attack(name: str, params, x, y, attend: bool, C: int, eps: float, settin
                          step_size=settings.pgd_step_size, key=key)
     elif name == "mim":
         if settings.mim_steps is None or settings.mim_decay is None:
-            raise ValueError("MIM needs mim_steps and mim_decay in the settings")
+            raise InputError("MIM needs mim_steps and mim_decay in the settings")
         xa = attacks.mim(loss, x32, eps, args=args, mask=mask, steps=settings.mim_steps,
                          decay=settings.mim_decay)
     elif name == "random":
         xa = attacks.random_sign(x32, eps, key, mask=mask)
     else:
-        raise ValueError(f"unknown attack {name!r}")
+        raise InputError(f"unknown attack {name!r}")
     xa = np.asarray(xa, np.float64)
     # the float32 attack stays in the ball up to rounding; enforce it exactly in float64
     xa = np.clip(np.clip(xa, x - eps, x + eps), 0.0, 1.0)

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError
 from ntkbook.influence.losses import data_loss
 from ntkbook.models import two_layer
 from ntkbook.ntk import eig
@@ -47,7 +48,7 @@ def filter_normalized_direction(params, key, *, frozen: Sequence[str] = ()):
     """A random direction (same structure as ``params``, a dict of arrays) whose filters have the
     norms of ``params``' filters; leaves named in ``frozen`` get a zero direction."""
     if not isinstance(params, dict):
-        raise TypeError("params must be a dict of arrays")
+        raise InputError("params must be a dict of arrays")
     out = {}
     keys = jax.random.split(key, len(params))
     for k, name in zip(keys, sorted(params)):
@@ -86,7 +87,7 @@ def top_hessian_eigenvalue(loss_fn: Callable, params, *, trainable: Sequence[str
     names = sorted(params) if trainable is None else list(trainable)
     missing = [n for n in names if n not in params]
     if missing:
-        raise ValueError(f"trainable names {missing} are not in params ({sorted(params)})")
+        raise InputError(f"trainable names {missing} are not in params ({sorted(params)})")
     fixed = {k_: v for k_, v in params.items() if k_ not in names}
     sub = {n: params[n] for n in names}
 

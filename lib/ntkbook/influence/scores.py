@@ -33,6 +33,8 @@ import numpy as np
 import scipy.linalg
 import scipy.stats
 
+from ntkbook.errors import InputError
+
 __all__ = [
     "KRRFit",
     "krr_fit",
@@ -59,7 +61,7 @@ def _as_targets(Y, n: int) -> np.ndarray:
     if Y.ndim == 1:
         Y = Y[:, None]
     if Y.ndim != 2 or Y.shape[0] != n:
-        raise ValueError(f"targets must be (n,) or (n, C) with n = {n}, got shape {Y.shape}")
+        raise InputError(f"targets must be (n,) or (n, C) with n = {n}, got shape {Y.shape}")
     return Y
 
 
@@ -69,18 +71,18 @@ def krr_fit(K, Y, lam: float) -> KRRFit:
     convention).  The inverse is formed by a Cholesky factorisation."""
     K = np.asarray(K, dtype=np.float64)
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise ValueError(f"K must be a square (n, n) matrix, got shape {K.shape}")
+        raise InputError(f"K must be a square (n, n) matrix, got shape {K.shape}")
     if not np.all(np.isfinite(K)):
-        raise ValueError("K contains NaN or infinite entries")
+        raise InputError("K contains NaN or infinite entries")
     if not lam > 0:
-        raise ValueError(f"the ridge lam must be > 0, got {lam}")
+        raise InputError(f"the ridge lam must be > 0, got {lam}")
     n = K.shape[0]
     Y = _as_targets(Y, n)
     A = 0.5 * (K + K.T) + lam * np.eye(n)
     try:
         c = scipy.linalg.cho_factor(A, lower=True)
     except np.linalg.LinAlgError as exc:
-        raise ValueError(f"K + lam I is not positive definite (lam = {lam}); is K a kernel matrix?") from exc
+        raise InputError(f"K + lam I is not positive definite (lam = {lam}); is K a kernel matrix?") from exc
     A_inv = scipy.linalg.cho_solve(c, np.eye(n))
     A_inv = 0.5 * (A_inv + A_inv.T)
     return KRRFit(A_inv=A_inv, alpha=A_inv @ Y, lam=float(lam))
@@ -90,7 +92,7 @@ def krr_predict(fit: KRRFit, Kx) -> np.ndarray:
     """Predictions ``(T, C)`` at test points with cross-kernel ``Kx`` ``(T, n)``."""
     Kx = np.asarray(Kx, dtype=np.float64)
     if Kx.ndim != 2 or Kx.shape[1] != fit.alpha.shape[0]:
-        raise ValueError(f"Kx must be (T, n) with n = {fit.alpha.shape[0]}, got shape {Kx.shape}")
+        raise InputError(f"Kx must be (T, n) with n = {fit.alpha.shape[0]}, got shape {Kx.shape}")
     return Kx @ fit.alpha
 
 
@@ -119,7 +121,7 @@ def ntk_influence(K, Kx, Y, Y_test, lam: float) -> np.ndarray:
     Kx = np.asarray(Kx, dtype=np.float64)
     Yt = _as_targets(Y_test, Kx.shape[0])
     if Yt.shape[1] != fit.alpha.shape[1]:
-        raise ValueError(f"Y_test has {Yt.shape[1]} outputs but Y has {fit.alpha.shape[1]}")
+        raise InputError(f"Y_test has {Yt.shape[1]} outputs but Y has {fit.alpha.shape[1]}")
     R = krr_predict(fit, Kx) - Yt  # (T, C)
     B = Kx @ fit.A_inv  # (T, n)
     c = fit.alpha / np.diag(fit.A_inv)[:, None]  # (n, C)
@@ -132,9 +134,9 @@ def top_indices(scores, fraction: float = 0.1) -> np.ndarray:
     (ties broken by index, so the result is deterministic)."""
     s = np.abs(np.asarray(scores, dtype=np.float64))
     if s.ndim != 1 or s.size == 0:
-        raise ValueError(f"scores must be a non-empty vector, got shape {s.shape}")
+        raise InputError(f"scores must be a non-empty vector, got shape {s.shape}")
     if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        raise InputError(f"fraction must be in (0, 1], got {fraction}")
     k = max(1, int(round(fraction * s.size)))
     return np.argsort(-s, kind="stable")[:k]
 
@@ -150,12 +152,12 @@ def flip_rate(before, after, *, fraction: float = 0.1, top=None) -> float:
     b = np.asarray(before, dtype=np.float64)
     a = np.asarray(after, dtype=np.float64)
     if b.shape != a.shape or b.ndim != 1:
-        raise ValueError(f"before and after must be vectors of the same length, got {b.shape} and {a.shape}")
+        raise InputError(f"before and after must be vectors of the same length, got {b.shape} and {a.shape}")
     if not (np.all(np.isfinite(b)) and np.all(np.isfinite(a))):
-        raise ValueError("influence scores contain NaN or infinite values")
+        raise InputError("influence scores contain NaN or infinite values")
     idx = top_indices(b, fraction) if top is None else np.asarray(top, dtype=int)
     if idx.size == 0:
-        raise ValueError("the top set is empty")
+        raise InputError("the top set is empty")
     return float(np.mean(np.sign(b[idx]) != np.sign(a[idx])))
 
 
@@ -164,5 +166,5 @@ def spearman(before, after) -> float:
     b = np.asarray(before, dtype=np.float64)
     a = np.asarray(after, dtype=np.float64)
     if b.shape != a.shape or b.ndim != 1 or b.size < 2:
-        raise ValueError(f"need two vectors of the same length >= 2, got {b.shape} and {a.shape}")
+        raise InputError(f"need two vectors of the same length >= 2, got {b.shape} and {a.shape}")
     return float(scipy.stats.spearmanr(b, a).statistic)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = ["TASKS", "TASK_LABELS", "MODELS", "ATTACK_LABELS", "task_classes", "input_dim",
            "task_data", "targets", "accuracy"]
 
@@ -37,7 +39,7 @@ ATTACK_LABELS = {"fgsm": "FGSM", "pgd": "PGD", "mim": "MIM"}
 def task_classes(task: str):
     """``(data set, classes)`` of ``task``: the classes as a list of ints or class names."""
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose from {sorted(TASKS)}")
+        raise InputError(f"unknown task {task!r}; choose from {sorted(TASKS)}")
     dname, classes = TASKS[task]
     if classes is None:
         return dname, list(range(10))
@@ -57,7 +59,7 @@ def task_data(task: str, n_train: int, n_test: int):
     dname, classes = task_classes(task)
     k = len(classes)
     if n_train % k or n_test % k:
-        raise ValueError(f"n_train and n_test must be multiples of the {k} classes of {task}")
+        raise InputError(f"n_train and n_test must be multiples of the {k} classes of {task}")
     ds = data.load(dname)
     xtr, ltr = data.class_subset(ds, classes, n_train // k, split="train", seed=0)
     xte, lte = data.class_subset(ds, classes, n_test // k, split="test", seed=0)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ntkbook.errors import InputError
 from ntkbook.influence import attacks
 from ntkbook.influence.losses import context_loss, data_loss
 from ntkbook.influence.tasks import MODELS, accuracy
@@ -53,7 +54,7 @@ def train_model(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str = "
     from ntkbook.train import fit
 
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
+        raise InputError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
     params = two_layer.init_heads(jax.random.PRNGKey(seed), ztr.shape[1], recipe.width, C)
     a = params["a"]
 
@@ -86,7 +87,7 @@ def adversarial_train(xtr, ytr, C: int, attend: bool, recipe: TrainRecipe, seed:
     from ntkbook.train import fit
 
     if recipe.attn_steps is not None:
-        raise ValueError("adversarial training uses mini-batches for both models: attn_steps must be None")
+        raise InputError("adversarial training uses mini-batches for both models: attn_steps must be None")
     x = jnp.asarray(xtr, jnp.float32)
     y = jnp.asarray(ytr, jnp.float32)
     params = two_layer.init_heads(jax.random.PRNGKey(seed), x.shape[1], recipe.width, C)

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError, NumericalError
 from ntkbook.models import attention
 from ntkbook.models import two_layer
 from ntkbook.stats import loglog_slope
@@ -169,7 +170,7 @@ def rms_distance(f1, f2) -> float:
     f1 = np.asarray(f1, dtype=np.float64)
     f2 = np.asarray(f2, dtype=np.float64)
     if f1.shape != f2.shape:
-        raise ValueError(f"predictions have different shapes {f1.shape} and {f2.shape}")
+        raise InputError(f"predictions have different shapes {f1.shape} and {f2.shape}")
     return float(np.sqrt(np.mean((f1 - f2) ** 2)))
 
 
@@ -180,7 +181,7 @@ def pairwise_angles(z) -> np.ndarray:
     """Angles (radians, float64) between all pairs of rows of ``z`` (``n (n - 1) / 2`` of them)."""
     zn = attention.normalize_rows(z)
     if not np.all(np.linalg.norm(zn, axis=1) > 0):
-        raise ValueError("pairwise_angles needs nonzero rows")
+        raise InputError("pairwise_angles needs nonzero rows")
     c = np.clip(zn @ zn.T, -1.0, 1.0)
     iu = np.triu_indices(zn.shape[0], k=1)
     return np.arccos(c[iu])
@@ -192,7 +193,7 @@ def hyperplane_cut_fraction(z, n_hyperplanes: int, seed: int = 0, chunk: int = 1
     (identically zero or the identity)."""
     z = np.asarray(z, dtype=np.float64)
     if n_hyperplanes < 1:
-        raise ValueError(f"n_hyperplanes must be positive, got {n_hyperplanes}")
+        raise InputError(f"n_hyperplanes must be positive, got {n_hyperplanes}")
     rng = np.random.default_rng(seed)
     cut = 0
     for start in range(0, n_hyperplanes, chunk):
@@ -302,7 +303,7 @@ def adam_point(ztr, ytr, zte, yte, f_te_inf, *, width: int, seed: int, lr: float
     }
     f = {k: np.asarray(v, np.float64) for k, v in f.items()}
     if not all(np.all(np.isfinite(v)) for v in f.values()):
-        raise FloatingPointError(f"Adam produced non-finite outputs at width {width}, seed {seed}, lr {lr}")
+        raise NumericalError(f"Adam produced non-finite outputs at width {width}, seed {seed}, lr {lr}")
     K0 = two_layer.entk_W(params, ztr)
     s0 = np.asarray(two_layer.activation_pattern(W0, z)) > 0
     sT = np.asarray(two_layer.activation_pattern(net["W"], z)) > 0

@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = [
     "NORMALIZATIONS",
     "attention",
@@ -58,10 +60,10 @@ def attention(x_train, x=None):
     """
     X = np.asarray(x_train, dtype=np.float64)
     if X.ndim != 2:
-        raise ValueError(f"x_train must be (n, d), got shape {X.shape}")
+        raise InputError(f"x_train must be (n, d), got shape {X.shape}")
     q = X if x is None else np.asarray(x, dtype=np.float64)
     if q.ndim != 2 or q.shape[1] != X.shape[1]:
-        raise ValueError(f"queries must be (k, {X.shape[1]}), got shape {q.shape}")
+        raise InputError(f"queries must be (k, {X.shape[1]}), got shape {q.shape}")
     return (q @ X.T) @ X
 
 
@@ -79,7 +81,7 @@ def transform(x_train, x_test=None, *, attend: bool, normalize: str = "row"):
     ``normalize="global"`` both are divided by the RMS row norm of ``z_train``.
     """
     if normalize not in NORMALIZATIONS:
-        raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
+        raise InputError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
     X = np.asarray(x_train, dtype=np.float64)
     zt = attention(X) if attend else X
     zs = None

@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = [
     "ACTIVATIONS",
     "dataset",
@@ -39,14 +41,14 @@ ACTIVATIONS = {
 
 def _check_activation(activation: str):
     if activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+        raise InputError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
     return ACTIVATIONS[activation]
 
 
 def dataset(p: int, dtype=np.float64):
     """All ``p**2`` examples: ``(x (p², 2p), labels (p²,), a (p²,), b (p²,))``, a-major order."""
     if p < 2:
-        raise ValueError(f"p must be at least 2, got {p}")
+        raise InputError(f"p must be at least 2, got {p}")
     a, b = np.divmod(np.arange(p * p), p)
     x = np.zeros((p * p, 2 * p), dtype=dtype)
     x[np.arange(p * p), a] = 1.0
@@ -61,7 +63,7 @@ def split(p: int, train_fraction: float, seed: int):
     ``default_rng(seed)``.
     """
     if not 0.0 < train_fraction < 1.0:
-        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+        raise InputError(f"train_fraction must be in (0, 1), got {train_fraction}")
     n = p * p
     n_train = int(round(train_fraction * n))
     perm = np.random.default_rng(seed).permutation(n)

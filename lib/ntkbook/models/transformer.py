@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = [
     "PARAM_NAMES",
     "Shape",
@@ -93,7 +95,7 @@ def init(key: jax.Array, shape: Shape = Shape(), dtype=jnp.float32) -> dict[str,
 def _check_params(params) -> None:
     missing = [n for n in PARAM_NAMES if n not in params]
     if missing:
-        raise ValueError(f"params lacks {missing}; expected the keys {PARAM_NAMES}")
+        raise InputError(f"params lacks {missing}; expected the keys {PARAM_NAMES}")
 
 
 _HI = jax.lax.Precision.HIGHEST
@@ -153,7 +155,7 @@ def apply_all_positions(params, tokens) -> jax.Array:
 def dataset(p: int) -> tuple[np.ndarray, np.ndarray]:
     """All ``p²`` token triples ``(a, b, p)`` (int64, a-major order) and their labels ``(a+b) mod p``."""
     if p < 2:
-        raise ValueError(f"p must be at least 2, got {p}")
+        raise InputError(f"p must be at least 2, got {p}")
     a, b = np.divmod(np.arange(p * p), p)
     x = np.stack([a, b, np.full_like(a, p)], axis=1).astype(np.int64)
     return x, (a + b) % p
@@ -166,11 +168,11 @@ def split(p: int, train_fraction: float, seed: int) -> tuple[np.ndarray, np.ndar
     drawn with numpy's ``default_rng(seed)``; both index arrays sorted.
     """
     if not 0.0 < train_fraction < 1.0:
-        raise ValueError(f"train_fraction must lie in (0, 1), got {train_fraction}")
+        raise InputError(f"train_fraction must lie in (0, 1), got {train_fraction}")
     n = p * p
     n_train = int(train_fraction * n)
     if not 0 < n_train < n:
-        raise ValueError(f"train_fraction={train_fraction} leaves an empty train or test set at p={p}")
+        raise InputError(f"train_fraction={train_fraction} leaves an empty train or test set at p={p}")
     perm = np.random.default_rng(seed).permutation(n)
     return np.sort(perm[:n_train]), np.sort(perm[n_train:])
 

@@ -39,6 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = [
     "PRECISION",
     "init",
@@ -66,7 +68,7 @@ def init(key, d: int, m: int, *, symmetric: bool = True, dtype=jnp.float32):
     """
     if symmetric:
         if m % 2:
-            raise ValueError(f"symmetric initialisation needs an even width, got m={m}")
+            raise InputError(f"symmetric initialisation needs an even width, got m={m}")
         W = jax.random.normal(key, (m // 2, d), dtype)
         W = jnp.concatenate([W, W], axis=0)
         a = jnp.concatenate([jnp.ones(m // 2, dtype), -jnp.ones(m // 2, dtype)])
@@ -84,9 +86,9 @@ def init_heads(key, d: int, m: int, C: int, *, dtype=jnp.float32):
     random instead of constant head signs on the first half.
     """
     if m % 2:
-        raise ValueError(f"symmetric initialisation needs an even width, got m={m}")
+        raise InputError(f"symmetric initialisation needs an even width, got m={m}")
     if C < 1:
-        raise ValueError(f"C must be >= 1, got {C}")
+        raise InputError(f"C must be >= 1, got {C}")
     kw, ka = jax.random.split(key)
     W = jax.random.normal(kw, (m // 2, d), dtype)
     A = jnp.where(jax.random.bernoulli(ka, 0.5, (m // 2, C)), 1.0, -1.0).astype(dtype)
@@ -142,7 +144,7 @@ def entk_W(params, x1, x2=None):
     a = np.asarray(params["a"], dtype=np.float64)
     if a.ndim == 2:
         if not np.all(np.abs(a) == 1.0):
-            raise ValueError("entk_W with several heads needs head weights of +-1")
+            raise InputError("entk_W with several heads needs head weights of +-1")
         a = np.ones(a.shape[0])
     x1 = np.asarray(x1, dtype=np.float64)
     x2 = x1 if x2 is None else np.asarray(x2, dtype=np.float64)

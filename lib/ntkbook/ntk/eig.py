@@ -48,6 +48,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError, NtkbookError, NumericalError
+
 __all__ = [
     "EigResult",
     "lanczos_topk",
@@ -80,14 +82,14 @@ def _default_dtype(matvec, dtype):
 
 def _check_k(dim, k):
     if not isinstance(dim, (int, np.integer)) or dim < 1:
-        raise ValueError(f"dim must be a positive int, got {dim!r}")
+        raise InputError(f"dim must be a positive int, got {dim!r}")
     if not isinstance(k, (int, np.integer)) or k < 1 or k > dim:
-        raise ValueError(f"k must be an int with 1 <= k <= dim = {dim}, got k={k!r}")
+        raise InputError(f"k must be an int with 1 <= k <= dim = {dim}, got k={k!r}")
 
 
 def check_symmetric(matvec: Callable, dim: int, *, trials: int = 3, rtol: float = 1e-8, seed: int = 0,
                     dtype=None) -> None:
-    """Raise ``ValueError`` unless ``u^T A v == v^T A u`` (to ``rtol``) for random ``u, v``.
+    """Raise ``InputError`` unless ``u^T A v == v^T A u`` (to ``rtol``) for random ``u, v``.
 
     The difference is measured relative to ``max(||u|| ||A v||, ||v|| ||A u||)``.  Costs ``2*trials``
     products.  ``rtol=1e-8`` suits float64 operators; use about ``1e-4`` for float32.
@@ -99,15 +101,15 @@ def check_symmetric(matvec: Callable, dim: int, *, trials: int = 3, rtol: float 
         v = jnp.asarray(rng.standard_normal(dim), dtype=dtype)
         Av, Au = jnp.asarray(matvec(v)), jnp.asarray(matvec(u))
         if Av.shape != (dim,):
-            raise ValueError(f"matvec must map shape ({dim},) to ({dim},), got {Av.shape}")
+            raise InputError(f"matvec must map shape ({dim},) to ({dim},), got {Av.shape}")
         a = float(jnp.vdot(u, Av))
         b = float(jnp.vdot(v, Au))
         scale = max(float(jnp.linalg.norm(u) * jnp.linalg.norm(Av)),
                     float(jnp.linalg.norm(v) * jnp.linalg.norm(Au)), np.finfo(float).tiny)
         if not np.isfinite(a) or not np.isfinite(b):
-            raise ValueError("operator returned non-finite values")
+            raise InputError("operator returned non-finite values")
         if abs(a - b) > rtol * scale:
-            raise ValueError(
+            raise InputError(
                 f"operator is not symmetric: u^T A v = {a:.6g} but v^T A u = {b:.6g} "
                 f"(relative difference {abs(a - b) / scale:.2e} > rtol = {rtol:g}, trial {t})"
             )
@@ -157,7 +159,8 @@ def lanczos_topk(
     ``reorthogonalize`` is the number of full re-orthogonalisation passes per step (2 default, 0 for
     the plain three-term recurrence).  ``dtype`` defaults to ``matvec.dtype`` if present, else JAX's
     default float.  With ``check=True`` the operator is first tested with :func:`check_symmetric`
-    (6 extra products, not counted in ``num_matvecs``).  ``progress``: the label of a progress
+    (6 extra products, not counted in ``num_matvecs``); without it, an operator whose ``.dim`` or
+    whose product's shape is not ``dim`` is still refused (``InputError``, no extra product).  ``progress``: the label of a progress
     report over the steps (for slow operators; a run shorter than 2 s prints nothing); ``None``
     (default) is silent.  See the module docstring.
     """
@@ -165,10 +168,14 @@ def lanczos_topk(
     if num_steps is None:
         num_steps = min(2 * k + 10, dim)
     if not (k <= num_steps <= dim):
-        raise ValueError(f"num_steps must satisfy k <= num_steps <= dim ({k} <= . <= {dim}), "
+        raise InputError(f"num_steps must satisfy k <= num_steps <= dim ({k} <= . <= {dim}), "
                          f"got {num_steps}")
     if reorthogonalize not in (0, 1, 2):
-        raise ValueError(f"reorthogonalize must be 0, 1 or 2, got {reorthogonalize!r}")
+        raise InputError(f"reorthogonalize must be 0, 1 or 2, got {reorthogonalize!r}")
+    op_dim = getattr(matvec, "dim", None)
+    if op_dim is not None and op_dim != dim:
+        raise InputError(f"the operator acts on vectors of size {op_dim} (its .dim) but dim = {dim}: "
+                         f"pass dim={op_dim}")
     dtype = _default_dtype(matvec, dtype)
     if check:
         check_symmetric(matvec, dim, dtype=dtype,
@@ -201,14 +208,24 @@ def lanczos_topk(
 
         bar = Progress(num_steps, progress)
     while j < num_steps:
-        w = jnp.asarray(matvec(Q[j]), dtype=dtype)
+        try:
+            w = jnp.asarray(matvec(Q[j]), dtype=dtype)
+        except Exception as exc:
+            if j or isinstance(exc, NtkbookError):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise InputError(f"matvec failed on the start vector of shape ({dim},) ({type(exc).__name__}: "
+                             f"{first}): is dim = {dim} the operator's size?") from exc
         nmv += 1
+        if w.shape != (dim,):
+            raise InputError(f"matvec must map shape ({dim},) to ({dim},), got {w.shape}: is dim = {dim} the "
+                             "operator's size?")
         if bar is not None:
             bar.update()
         Q, alpha, beta = step(Q, j, w, beta)
         a, b = float(alpha), float(beta)
         if not (np.isfinite(a) and np.isfinite(b)):
-            raise FloatingPointError(f"Lanczos step {j}: operator produced non-finite values")
+            raise NumericalError(f"Lanczos step {j}: operator produced non-finite values")
         alphas.append(a)
         anorm = max(anorm, abs(a) + b + (betas[-1] if betas else 0.0))
         if j + 1 == num_steps:
@@ -236,7 +253,7 @@ def lanczos_topk(
     theta, S = np.linalg.eigh(T)
     order = np.argsort(theta)[::-1][:k]
     if len(order) < k:
-        raise RuntimeError(f"Lanczos produced only {m} Ritz values for k={k}")
+        raise NumericalError(f"Lanczos produced only {m} Ritz values for k={k}")
     theta, S = theta[order], S[:, order]
     vecs = Q[:m].T @ jnp.asarray(S, dtype=dtype)
     res = np.abs(betas[m - 1] * S[m - 1, :])
@@ -258,10 +275,10 @@ def dense_topk(matrix, k: int, *, rtol: float | None = None) -> EigResult:
     """
     A = jnp.asarray(matrix)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
-        raise ValueError(f"matrix must be square, got shape {A.shape}")
+        raise InputError(f"matrix must be square, got shape {A.shape}")
     _check_k(A.shape[0], k)
     if not bool(jnp.all(jnp.isfinite(A))):
-        raise ValueError(
+        raise InputError(
             f"matrix holds {int(jnp.sum(~jnp.isfinite(A)))} non-finite value(s) (NaN or inf)"
         )
     if rtol is None:
@@ -269,7 +286,7 @@ def dense_topk(matrix, k: int, *, rtol: float | None = None) -> EigResult:
     size = float(jnp.linalg.norm(A))
     asym = float(jnp.linalg.norm(A - A.T))
     if asym > rtol * size:
-        raise ValueError(
+        raise InputError(
             f"matrix is not symmetric: ||A - A^T||_F / ||A||_F = {asym / size:.2e} > rtol = "
             f"{rtol:g}. Symmetrise it explicitly ((A + A.T) / 2) if the asymmetry is round-off."
         )
@@ -291,7 +308,7 @@ def hvp_operator(loss_fn: Callable, params):
 
     flat, unravel = ravel_pytree(params)
     if not bool(jnp.all(jnp.isfinite(flat))):
-        raise ValueError(
+        raise InputError(
             f"params hold {int(jnp.sum(~jnp.isfinite(flat)))} non-finite value(s) (NaN or inf); "
             f"the Hessian there is meaningless (a diverged training run?)"
         )

@@ -30,13 +30,16 @@ Parameter filters
     tuple of key entries of a leaf as given by :func:`jax.tree_util.tree_flatten_with_path` (use
     :func:`jax.tree_util.keystr` on it for a string), or a string, used as a regular expression and
     searched (``re.search``) in ``jax.tree_util.keystr(path)``, e.g. ``r"\['dense2'\]"`` or simply
-    ``"dense2"``.  A filter that selects nothing raises ``ValueError`` naming the available paths.
+    ``"dense2"``.  A filter that selects nothing raises ``InputError`` naming the available paths.
     Only the selected leaves are differentiated; the others are held fixed.
 
 Precision
     Results have the dtype of the model's outputs: float64 when the caller has enabled
     ``jax.config.update("jax_enable_x64", True)`` and passes float64 parameters and inputs.  This
-    module never changes JAX's global configuration.  Contractions use
+    module never changes JAX's global configuration, and never casts: when the inputs and the
+    parameters mix floating dtypes, or the kernel comes out narrower than the widest of them
+    (float32 from float64 inputs), it warns (``UserWarning``) rather than casting, since a cast
+    would change what the caller's model computes.  Contractions use
     ``precision=jax.lax.Precision.HIGHEST`` so that GPUs do not silently use TF32.
 """
 
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from typing import Callable, Mapping, Sequence
 
 import jax
@@ -51,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey, keystr, tree_flatten_with_path
 
+from ntkbook.errors import InputError, NumericalError
 from ntkbook.ntk.operator import KernelOperator, check_finite
 
 __all__ = [
@@ -112,7 +117,7 @@ def _compile_filter(param_filter: Filter) -> Callable[[tuple], bool]:
         return lambda path: param_filter.search(keystr(path)) is not None
     if callable(param_filter):
         return lambda path: bool(param_filter(path))
-    raise TypeError(
+    raise InputError(
         f"param_filter must be None, a string/regex or a callable on the key path, "
         f"got {type(param_filter).__name__}"
     )
@@ -124,7 +129,7 @@ class _Params:
     def __init__(self, params):
         flat, self.treedef = tree_flatten_with_path(params)
         if not flat:
-            raise ValueError("params has no array leaves")
+            raise InputError("params has no array leaves")
         self.paths = [p for p, _ in flat]
         self.leaves = [jnp.asarray(leaf) for _, leaf in flat]
         self.names = [keystr(p) for p in self.paths]
@@ -136,7 +141,7 @@ class _Params:
         idx = [i for i, p in enumerate(self.paths) if pred(p)]
         if not idx:
             avail = ", ".join(self.names)
-            raise ValueError(
+            raise InputError(
                 f"{what} {param_filter!r} selects no parameters; available paths: {avail}"
             )
         return idx
@@ -164,7 +169,7 @@ def _rebuild(treedef, n_leaves, sel_idx, sel_leaves, frozen_leaves):
 def select(params, param_filter: Filter) -> dict[str, jax.Array]:
     """The leaves of ``params`` selected by ``param_filter``, as ``{keystr(path): leaf}``.
 
-    Raises ``ValueError`` (listing the available paths) when the filter selects nothing.
+    Raises ``InputError`` (listing the available paths) when the filter selects nothing.
     """
     ps = _Params(params)
     return {ps.names[i]: ps.leaves[i] for i in ps.indices(param_filter)}
@@ -217,29 +222,43 @@ def _is_concrete(x) -> bool:
 def _check_inputs(x1, x2):
     x1 = jnp.asarray(x1)
     if x1.ndim < 1 or x1.shape[0] == 0:
-        raise ValueError(f"x1 must be a non-empty batch with a leading example axis, got shape "
+        raise InputError(f"x1 must be a non-empty batch with a leading example axis, got shape "
                          f"{x1.shape}. {_CONVENTION}")
     check_finite(x1, "x1")
     if x2 is None:
         return x1, None
     x2 = jnp.asarray(x2)
     if x2.ndim < 1 or x2.shape[0] == 0:
-        raise ValueError(f"x2 must be a non-empty batch with a leading example axis, got shape "
+        raise InputError(f"x2 must be a non-empty batch with a leading example axis, got shape "
                          f"{x2.shape}. {_CONVENTION}")
     check_finite(x2, "x2")
     if x1.shape[1:] != x2.shape[1:]:
-        raise ValueError(
+        raise InputError(
             f"x1 and x2 have mismatched per-example feature shapes: {x1.shape[1:]} vs {x2.shape[1:]} "
             f"(full shapes {x1.shape} and {x2.shape})"
         )
     return x1, x2
 
 
+def _warn_on_dtypes(xs, leaves, out_dtype) -> None:
+    """Warn (``UserWarning``) when the floating inputs and parameters do not share one dtype, or
+    when the kernel comes out narrower than the widest of them: the eNTK then silently has the lower
+    precision (e.g. float32 although ``jax_enable_x64`` is on and the inputs are float64)."""
+    kinds = {jnp.dtype(a.dtype) for a in (*xs, *leaves) if jnp.issubdtype(a.dtype, jnp.floating)}
+    widest = max(kinds, key=lambda d: d.itemsize) if kinds else None
+    narrower = widest is not None and jnp.dtype(out_dtype).itemsize < widest.itemsize
+    if len(kinds) > 1 or narrower:
+        names = ", ".join(sorted(str(d) for d in kinds))
+        warnings.warn(f"the eNTK's inputs and parameters have dtypes {names} and it comes out "
+                      f"{jnp.dtype(out_dtype)}: cast x and every parameter to one dtype (float64 "
+                      f"with jax_enable_x64 for a float64 kernel)", UserWarning, stacklevel=3)
+
+
 def _num_outputs(f, params, x_one) -> int:
     try:
         out = jax.eval_shape(f, params, x_one)
     except Exception as exc:
-        raise ValueError(
+        raise InputError(
             f"f(params, x) failed on one example x = x1[0] of shape {x_one.shape} "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
             f"{_CONVENTION} If x1 is one example rather than a batch, pass x1[None]; if f "
@@ -252,7 +271,7 @@ def _num_outputs(f, params, x_one) -> int:
             hint = " (a batch axis of 1: f treats x as a batch; use lambda p, x: f(p, x[None])[0])"
         elif hasattr(out, "shape") and len(out.shape) == 0:
             hint = " (a scalar: return f(...)[None] for C = 1)"
-        raise ValueError(
+        raise InputError(
             "f(params, x) must map ONE example x to a vector of C outputs (shape (C,)); "
             f"got output shape {shape} for an example of shape {x_one.shape}{hint}. {_CONVENTION}"
         )
@@ -261,12 +280,14 @@ def _num_outputs(f, params, x_one) -> int:
 
 def _check_reduction(reduction: str, class_index, C: int, allowed=REDUCTIONS):
     if reduction not in allowed:
-        raise ValueError(f"unknown reduction {reduction!r}; choose one of {allowed}")
+        raise InputError(f"unknown reduction {reduction!r}; choose one of {allowed}")
     if reduction == "class":
         if class_index is None:
-            raise ValueError('reduction="class" needs class_index (an int in [0, C))')
-        if not (isinstance(class_index, (int, np.integer)) and 0 <= class_index < C):
-            raise ValueError(f"class_index={class_index!r} out of range for C={C} outputs")
+            raise InputError('reduction="class" needs class_index (an int in [0, C))')
+        if isinstance(class_index, (bool, np.bool_)) or not (
+                isinstance(class_index, (int, np.integer)) and 0 <= class_index < C):
+            raise InputError(f"class_index={class_index!r} out of range for C={C} outputs: it must be an int "
+                             f"in [0, {C}) (a bool is refused)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -348,7 +369,7 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
     C = _num_outputs(f, params, x1[0])
     _check_reduction(reduction, class_index, C)
     if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        raise InputError(f"batch_size must be a positive int or None, got {batch_size!r}")
 
     # union of the selected leaves, and each group as positions into it
     group_idx = [ps.indices(flt, what=f"{what} {name!r}:" if name else what)
@@ -391,9 +412,10 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
         ks = tuple(
             jnp.transpose(k, (0, 2, 1, 3)).reshape(k.shape[0] * C, k.shape[1] * C) for k in ks
         )
+    _warn_on_dtypes([x for x in (x1, x2) if x is not None], ps.leaves, ks[0].dtype)
     for k in ks:
         if _is_concrete(k) and not bool(jnp.all(jnp.isfinite(k))):
-            raise FloatingPointError(
+            raise NumericalError(
                 "the eNTK has non-finite entries although inputs and parameters are finite: the "
                 "model's outputs or gradients overflow at these parameters (a diverged training "
                 "run?). Use float64 (jax_enable_x64) or check the parameters."
@@ -451,12 +473,12 @@ def entk_layerwise(
     :func:`default_layers`: one group per parent path of the leaves (e.g. one per ``Linear`` layer),
     which partitions the parameters, so the layer-wise kernels then sum to the full kernel.  Each
     Jacobian chunk is computed once and contracted separately for every layer.  A filter selecting no
-    parameter raises ``ValueError``.
+    parameter raises ``InputError``.
     """
     if layers is None:
         layers = default_layers(params)
     if not layers:
-        raise ValueError("layers must name at least one parameter filter")
+        raise InputError("layers must name at least one parameter filter")
     names = list(layers)
     ks = _kernels(f, params, x1, x2, [(n, layers[n]) for n in names], reduction, class_index,
                   batch_size, "layer")
@@ -530,6 +552,7 @@ def entk_matvec(
 
     out_struct = jax.eval_shape(F, sel, frozen, x)
     dtype = out_struct.dtype
+    _warn_on_dtypes([x], ps.leaves, dtype)
     dim = N * C if reduction == "flat" else N
 
     def apply(jvp_fn, vjp_fn, v):
@@ -619,7 +642,7 @@ def entk_mean_logit(
     fbar = mean_logit(f)
     if layers is not None:
         if param_filter is not None:
-            raise ValueError("pass either layers or param_filter, not both")
+            raise InputError("pass either layers or param_filter, not both")
         return entk_layerwise(fbar, params, x1, x2, layers=layers, reduction="class", class_index=0,
                               batch_size=batch_size)
     return entk(fbar, params, x1, x2, reduction="class", class_index=0, param_filter=param_filter,

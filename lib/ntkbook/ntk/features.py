@@ -38,6 +38,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import scipy.linalg
 
+from ntkbook.errors import InputError
+from ntkbook.ntk.gram import psd_spectrum
 from ntkbook.stats import mean_spread
 
 __all__ = [
@@ -84,7 +86,7 @@ def grid(p: int) -> tuple[np.ndarray, np.ndarray]:
 def _combination(kind) -> tuple[int, int]:
     if isinstance(kind, str):
         if kind not in FEATURE_KINDS:
-            raise ValueError(f"unknown feature kind {kind!r}; choose one of {sorted(FEATURE_KINDS)} "
+            raise InputError(f"unknown feature kind {kind!r}; choose one of {sorted(FEATURE_KINDS)} "
                              f"or pass a pair (alpha, beta) of integers")
         return FEATURE_KINDS[kind]
     alpha, beta = kind
@@ -100,7 +102,7 @@ def fourier_features(p: int, kind="a", frequencies: Iterable[int] | None = None)
     alpha, beta = _combination(kind)
     ks = np.arange(1, p // 2 + 1) if frequencies is None else np.asarray(list(frequencies), int)
     if ks.size == 0:
-        raise ValueError("no frequencies given")
+        raise InputError("no frequencies given")
     a, b = grid(p)
     m = (alpha * a + beta * b) % p
     phase = 2 * np.pi * np.outer(m, ks) / p  # (N, K)
@@ -137,7 +139,7 @@ def orthonormal_basis(F, center: bool = True, rtol: float = 1e-8) -> np.ndarray:
     if F.ndim == 1:
         F = F[:, None]
     if F.ndim != 2:
-        raise ValueError(f"F must be a matrix (N, d), got shape {F.shape}")
+        raise InputError(f"F must be a matrix (N, d), got shape {F.shape}")
     if center:
         F = F - F.mean(axis=0, keepdims=True)
     if F.shape[1] == 0:
@@ -162,7 +164,7 @@ def subspace_overlap(Q, F, *, orthonormalize: bool = True) -> float:
     if F.ndim == 1:
         F = F[:, None]
     if Q.shape[0] != F.shape[0]:
-        raise ValueError(f"Q and F live in different spaces: {Q.shape[0]} vs {F.shape[0]} rows")
+        raise InputError(f"Q and F live in different spaces: {Q.shape[0]} vs {F.shape[0]} rows")
     if orthonormalize:
         Q = orthonormal_basis(Q, center=False)
         F = orthonormal_basis(F, center=False)
@@ -175,7 +177,7 @@ def overlap_fraction(Q, F, *, orthonormalize: bool = True) -> float:
     Fo = orthonormal_basis(F, center=False) if orthonormalize else F
     d = Fo.shape[1] if Fo.ndim == 2 else 1
     if d == 0:
-        raise ValueError("the feature span is empty")
+        raise InputError("the feature span is empty")
     return subspace_overlap(Q, Fo, orthonormalize=orthonormalize) / d
 
 
@@ -210,7 +212,7 @@ def random_subspace_overlap(n: int, k: int, d: int, *, samples: int = 0, seed: i
     sampled (QR of Gaussian matrices) as a check.
     """
     if not (0 <= k <= n and 0 <= d <= n and n >= 2):
-        raise ValueError(f"need 0 <= k, d <= n and n >= 2; got n={n}, k={k}, d={d}")
+        raise InputError(f"need 0 <= k, d <= n and n >= 2; got n={n}, k={k}, d={d}")
     mean = k * d / n
     var = 2.0 * k * d * (n - k) * (n - d) / (n * n * (n - 1) * (n + 2))
     sm = ss = float("nan")
@@ -283,15 +285,16 @@ def find_cliffs(
     remove it from the spectrum first (as :mod:`ntkbook.experiments.modular_mlp` does).
 
     Returns a :class:`Cliffs` with the chosen edges in increasing order; it holds fewer than ``n``
-    edges when fewer significant drops exist (no cliff is invented).
+    edges when fewer significant drops exist (no cliff is invented).  The spectrum is checked by
+    :func:`ntkbook.ntk.gram.psd_spectrum`: NaN, inf and negatives beyond round-off are refused.
     """
-    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
-    if lam.ndim != 1 or lam.size < 2:
-        raise ValueError("need a 1-D spectrum with at least two eigenvalues")
+    if np.ndim(eigenvalues) != 1 or np.size(eigenvalues) < 2:
+        raise InputError("need a 1-D spectrum with at least two eigenvalues")
+    lam = psd_spectrum(eigenvalues, "eigenvalues")
     if not lam[0] > 0:
-        raise ValueError("the largest eigenvalue must be positive")
+        raise InputError("the largest eigenvalue must be positive")
     if n < 1 or min_size < 1:
-        raise ValueError(f"n and min_size must be positive, got n={n}, min_size={min_size}")
+        raise InputError(f"n and min_size must be positive, got n={n}, min_size={min_size}")
     keep = int(np.sum(lam > rtol * lam[0]))
     if max_index is not None:
         keep = min(keep, int(max_index))
@@ -332,7 +335,7 @@ def axis_features(p: int, frequencies: Iterable[int] | None = None, sign: int = 
     difference*.  Columns ``[cos k_1, sin k_1, cos k_2, ...]``.
     """
     if sign not in (1, -1):
-        raise ValueError(f"sign must be +1 or -1, got {sign}")
+        raise InputError(f"sign must be +1 or -1, got {sign}")
     freqs = None if frequencies is None else list(frequencies)
     return fourier_features(p, "a", freqs) + sign * fourier_features(p, "b", freqs)
 
@@ -349,10 +352,10 @@ def key_frequency_bases(p: int, frequencies: Iterable[int]) -> dict[str, np.ndar
     """
     freqs = [int(k) for k in frequencies]
     if not freqs:
-        raise ValueError("no frequencies given")
+        raise InputError("no frequencies given")
     bad = [k for k in freqs if not 1 <= k <= p // 2]
     if bad or len(set(freqs)) != len(freqs):
-        raise ValueError(f"frequencies must be distinct integers in 1..{p // 2}, got {freqs}")
+        raise InputError(f"frequencies must be distinct integers in 1..{p // 2}, got {freqs}")
     n = p * p
     return {
         "const": np.full((n, 1), 1.0 / math.sqrt(n)),
@@ -376,7 +379,7 @@ def fourier_content(vectors, bases: dict[str, np.ndarray]) -> np.ndarray:
         V = V[:, None]
     norms = np.sum(V * V, axis=0)
     if np.any(norms == 0):
-        raise ValueError("a vector has zero norm")
+        raise InputError("a vector has zero norm")
     shares = [np.sum((F.T @ V) ** 2, axis=0) / norms for F in bases.values()]
     out = np.stack(shares, axis=1)
     return np.concatenate([out, np.clip(1.0 - out.sum(axis=1, keepdims=True), 0.0, None)], axis=1)
@@ -430,7 +433,7 @@ def embedding_fourier_power(W, p: int) -> tuple[np.ndarray, np.ndarray]:
     """
     W = np.asarray(W, dtype=np.float64)
     if W.ndim != 2 or W.shape[0] < p:
-        raise ValueError(f"W must be (V, d) with V >= p = {p} rows, got shape {W.shape}")
+        raise InputError(f"W must be (V, d) with V >= p = {p} rows, got shape {W.shape}")
     a = np.arange(p)
     ks = np.arange(1, p // 2 + 1)
     norms = np.empty(ks.size)
@@ -446,7 +449,7 @@ def key_frequencies(W, p: int, threshold: float = 0.25) -> KeyFrequencies:
     """Key frequencies of an embedding ``W`` ``(V, d)``: those whose Fourier power is at least
     ``threshold`` times the largest (see :func:`embedding_fourier_power`), strongest first."""
     if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+        raise InputError(f"threshold must lie in (0, 1], got {threshold}")
     power, norm = embedding_fourier_power(W, p)
     keep = np.flatnonzero(power >= threshold * power.max())
     order = keep[np.argsort(-power[keep], kind="stable")]

@@ -22,8 +22,11 @@ import math
 
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = [
     "EPS",
+    "psd_spectrum",
     "gram",
     "gram_spectrum",
     "eigvalsh_desc",
@@ -85,19 +88,42 @@ def nonzero(eigs, tol: float | None = None, *, n: int | None = None) -> np.ndarr
     return eigs[eigs > tol]
 
 
+def psd_spectrum(eigs, what: str = "eigs") -> np.ndarray:
+    """The eigenvalues ``eigs`` of a positive semi-definite matrix, float64, in descending order,
+    after checking that they can be one: an :class:`~ntkbook.errors.InputError` for NaN or inf,
+    and for a negative eigenvalue beyond round-off, i.e. below ``-n * eps * max|lambda|`` (``n =
+    len(eigs)``: the size of ``eigh``'s error on such a matrix).  Round-off negatives are returned
+    as they are (the callers treat them as zero).  ``what`` names the argument in the message."""
+    lam = np.sort(np.asarray(eigs, dtype=np.float64).ravel())[::-1]
+    if not np.all(np.isfinite(lam)):
+        bad = np.flatnonzero(~np.isfinite(np.asarray(eigs, dtype=np.float64).ravel()))
+        raise InputError(f"{what} holds {bad.size} NaN or infinite value(s) (first at index {bad[0]}); "
+                         "a spectrum must be finite: check the matrix it came from")
+    if lam.size:
+        tol = lam.size * EPS * float(np.max(np.abs(lam)))
+        if lam[-1] < -tol:
+            raise InputError(f"{what} has the negative eigenvalue {lam[-1]:.3e}, beyond round-off "
+                             f"(-{tol:.1e} = -n eps max|lambda|): not the spectrum of a positive "
+                             "semi-definite matrix")
+    return lam
+
+
 def condition_number(eigs, tol: float | None = None) -> float:
-    """``lambda_max / lambda_min`` over the nonzero eigenvalues (see :func:`nonzero`)."""
-    lam = nonzero(eigs, tol)
+    """``lambda_max / lambda_min`` over the nonzero eigenvalues (see :func:`nonzero`) of a positive
+    semi-definite matrix (checked by :func:`psd_spectrum`: NaN, inf and negatives beyond round-off
+    are refused; round-off negatives count as zero)."""
+    lam = nonzero(psd_spectrum(eigs), tol)
     if lam.size == 0:
-        raise ValueError("no nonzero eigenvalue")
+        raise InputError("no nonzero eigenvalue")
     return float(lam[0] / lam[-1])
 
 
 def effective_condition_number(eigs, d: int) -> float:
-    """``kappa_d = lambda_1 / lambda_d`` (eigenvalues sorted in descending order)."""
-    lam = np.sort(np.asarray(eigs, dtype=np.float64))[::-1]
+    """``kappa_d = lambda_1 / lambda_d`` (eigenvalues sorted in descending order; ``inf`` when
+    ``lambda_d <= 0``) of a positive semi-definite matrix, checked by :func:`psd_spectrum`."""
+    lam = psd_spectrum(eigs)
     if not 1 <= d <= lam.size:
-        raise ValueError(f"d must be in 1..{lam.size}, got {d}")
+        raise InputError(f"d must be in 1..{lam.size}, got {d}")
     if lam[d - 1] <= 0:
         return math.inf
     return float(lam[0] / lam[d - 1])
@@ -105,8 +131,9 @@ def effective_condition_number(eigs, d: int) -> float:
 
 def ridge_condition_number(eigs, rel_ridge: float) -> float:
     """Condition number of ``M + eps I`` with ``eps = rel_ridge * lambda_max(M)``, over the FULL
-    spectrum (zero eigenvalues included: the ridge lifts them to ``eps``)."""
-    lam = np.sort(np.asarray(eigs, dtype=np.float64))[::-1]
+    spectrum (zero eigenvalues included: the ridge lifts them to ``eps``); the spectrum is checked
+    by :func:`psd_spectrum` and its round-off negatives count as zero."""
+    lam = psd_spectrum(eigs)
     lam = np.maximum(lam, 0.0)
     eps = rel_ridge * lam[0]
     return float((lam[0] + eps) / (lam[-1] + eps))

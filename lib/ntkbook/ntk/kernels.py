@@ -44,6 +44,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ntkbook.errors import InputError
+
 __all__ = ["relu_nngp", "relu_ntk"]
 
 
@@ -52,9 +54,9 @@ def _geometry(x1, x2):
     same = x2 is None
     x2 = x1 if same else jnp.asarray(x2)
     if x1.ndim != 2 or x2.ndim != 2:
-        raise ValueError(f"inputs must be matrices (N, d), got shapes {x1.shape} and {x2.shape}")
+        raise InputError(f"inputs must be matrices (N, d), got shapes {x1.shape} and {x2.shape}")
     if x1.shape[1] != x2.shape[1]:
-        raise ValueError(f"x1 and x2 have mismatched feature dimensions: {x1.shape[1]} vs {x2.shape[1]}")
+        raise InputError(f"x1 and x2 have mismatched feature dimensions: {x1.shape[1]} vs {x2.shape[1]}")
     dot = jnp.matmul(x1, x2.T, precision=jax.lax.Precision.HIGHEST)
     n1 = jnp.linalg.norm(x1, axis=1)
     n2 = jnp.linalg.norm(x2, axis=1)
@@ -81,7 +83,7 @@ def relu_ntk(x1, x2=None, *, trainable: str = "W"):
     :math:`a` fixed).  ``trainable="all"``: :math:`\Theta_W + \Sigma` (:func:`relu_nngp`).
     """
     if trainable not in ("W", "all"):
-        raise ValueError(f"trainable must be 'W' or 'all', got {trainable!r}")
+        raise InputError(f"trainable must be 'W' or 'all', got {trainable!r}")
     dot, nn, cos, theta = _geometry(x1, x2)
     k = dot * (jnp.pi - theta) / (2 * jnp.pi)
     if trainable == "all":

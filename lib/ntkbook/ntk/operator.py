@@ -19,18 +19,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ntkbook.errors import InputError
+
 __all__ = ["KernelOperator", "check_finite"]
 
 
 def check_finite(x, what: str) -> None:
-    """Raise ``ValueError`` if the (concrete, floating) array ``x`` holds NaN or inf; traced and
+    """Raise ``InputError`` if the (concrete, floating) array ``x`` holds NaN or inf; traced and
     integer arrays pass unchecked."""
     if isinstance(x, jax.core.Tracer) or not jnp.issubdtype(x.dtype, jnp.inexact):
         return
     bad = ~jnp.isfinite(x)
     if bool(jnp.any(bad)):
         first = np.unravel_index(int(jnp.argmax(bad.reshape(-1))), x.shape) if x.ndim else ()
-        raise ValueError(
+        raise InputError(
             f"{what} holds {int(jnp.sum(bad))} non-finite value(s) (NaN or inf; the first at index "
             f"{tuple(int(i) for i in first)}); the eNTK of such input is meaningless. Check the "
             f"data or the training run that produced them."
@@ -63,9 +65,9 @@ class KernelOperator:
         return v
 
     def check_shape(self, v) -> None:
-        """Raise ``ValueError`` unless ``v`` has shape ``(dim,)``."""
+        """Raise ``InputError`` unless ``v`` has shape ``(dim,)``."""
         if v.shape != (self.dim,):
-            raise ValueError(f"expected a vector of shape ({self.dim},), got {v.shape}")
+            raise InputError(f"expected a vector of shape ({self.dim},), got {v.shape}")
 
     def __call__(self, v):
         v = self.prepare(v)
