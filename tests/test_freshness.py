@@ -209,6 +209,8 @@ def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_an_edited_experiment_makes_its_result_stale_until_a_rerun_agrees(tmp_path):
     root = _copy_tree(tmp_path)
+    # 0. the copied entry re-verified by the copied code (whatever the stored entry's state)
+    assert _cli(root, "reproduce", "demo_sweep").returncode == 0
     out = _cli(root, "verify", "--results", str(root / "results"))
     assert out.returncode == 0 and "today's code" in out.stdout, out.stdout + out.stderr
     src = root / "lib" / "ntkbook" / "experiments" / "demo_sweep.py"
@@ -216,7 +218,7 @@ def test_an_edited_experiment_makes_its_result_stale_until_a_rerun_agrees(tmp_pa
     # 1. an edit that does not change the numbers: stale until reproduced, then today's again
     src.write_text(text + "\n# a harmless edit\n")
     out = _cli(root, "verify", "--results", str(root / "results"))
-    assert "earlier code, never re-verified" in out.stdout, out.stdout
+    assert "earlier code, last re-verified" in out.stdout, out.stdout
     out = _cli(root, "reproduce", "demo_sweep")
     assert out.returncode == 0 and "reproduces it" in out.stdout, out.stdout + out.stderr
     out = _cli(root, "verify", "--results", str(root / "results"))

@@ -219,6 +219,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "gemma": ("tinystories",),
     "scorecard": (),
     "fork": (),
+    "cite": (),
     "references": (),
 }
 

@@ -276,7 +276,9 @@ def reproduce_sample(config: Config) -> tuple[Config, str]:
     task (MNIST 3 vs 8 where the sweep has it), both models, the first seed (each point depends
     only on its task, model and seed)."""
     task = "mnist_3v8" if "mnist_3v8" in config.tasks else config.tasks[0]
-    sub = dataclasses.replace(config, tasks=(task,), seeds=config.seeds[:1])
+    only = {f: tuple(t for t in getattr(config, f) if t == task)  # per-task options of that task
+            for f in ("ablation_tasks", "landscape_2d_tasks")}
+    sub = dataclasses.replace(config, tasks=(task,), seeds=config.seeds[:1], **only)
     return sub, (f"task {task}, seed {sub.seeds[0]} (of {len(config.tasks)} tasks x "
                  f"{len(config.seeds)} seeds)")
 
