@@ -55,7 +55,8 @@ VERSION = "1"
 
 #: scalars that may be non-finite, and why (:func:`ntkbook.experiments.check_finite`)
 NONFINITE_ALLOWED = {
-    "per_run.*.grokking.test*": "NaN when test accuracy never reaches that level (no grokking)",
+    "per_run.*.grokking.*": "NaN when the run never reaches that milestone (memorisation, a test "
+                            "accuracy level, grokking)",
 }
 
 #: The author's printed training log (notebook modular_arithmetic_transformer_v4.ipynb, output of
