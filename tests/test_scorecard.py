@@ -67,7 +67,89 @@ def test_markdown_links_only_existing_labels():
     md = scorecard.markdown(rows, labels={"sec-b-mlp-grokking"})
     assert "{ref}`B.mlp.grokking <sec-b-mlp-grokking>`" in md
     assert "<sec-b-lanczos>" not in md and "**B.lanczos**" in md
-    assert md.count("not yet measured") == len(scorecard.CATALOGUE)
+    # in the table, in the title of the claim's details and in its body
+    assert md.count("not yet measured") == 3 * len(scorecard.CATALOGUE)
+
+
+def test_markdown_is_a_compact_table_then_one_dropdown_per_claim():
+    r = _result()
+    rows = scorecard.rows_from([(r, [{"claim": "B.lanczos", "ours": "top 5 (a; b); top 121",
+                                      "verdict": "partly", "note": "reproduces when x >= 3."}])])
+    md = scorecard.markdown(rows, labels={"sec-b-lanczos"})
+    table = md[:md.index("````")]
+    lines = [ln for ln in table.splitlines() if ln.startswith("|")]
+    # header, rule, one row per claim, three cells each: claim -> verdict -> section
+    assert len(lines) == 2 + len(scorecard.CATALOGUE)
+    assert all(ln.count(" | ") == 2 for ln in lines if not ln.startswith("|---"))
+    row = next(ln for ln in lines if "B.lanczos" in ln)
+    assert "<sc-b-lanczos>" in row and "**partly**" in row and "<sec-b-lanczos>" in row
+    assert "top 121" not in table  # the numbers are in the details, not in the table
+    assert md.count("````{dropdown}") == len(scorecard.CATALOGUE)
+    card = md[md.index("````{dropdown} B.lanczos"):]
+    card = card[:card.index("````", 5) + 4]
+    assert ":name: sc-b-lanczos" in card
+    # the parts of "ours" one per line (not split inside parentheses), the rule stated once, typeset
+    assert "- top 5 (a; b)\n- top 121" in card
+    assert "**Verdict: partly** (threshold to reproduce: x ≥ 3)." in card
+    assert "reproduces when" not in card
+    assert "`modular_mlp`" in card
+
+
+def test_joined_rows_leave_no_stray_punctuation():
+    r = _result()
+    rows = scorecard.rows_from([
+        (r, [{"claim": "B.lanczos", "ours": "x.", "verdict": "partly", "note": "decreasing / decreasing."}]),
+        (_result("lanczos_ghosts"), [{"claim": "B.lanczos", "ours": "y", "verdict": "partly", "note": "more."}])])
+    row = {x.claim.id: x for x in rows}["B.lanczos"]
+    assert row.note == "decreasing / decreasing; more." and row.ours == "x; y"
+    assert ".;" not in scorecard.markdown(rows, labels=set())
+
+
+def test_claim_line_states_the_verdict_once_and_typesets():
+    rows = [{"claim": "F.entk_convergence", "ours": "slope -0.486, 0.97x the prediction",
+             "verdict": "reproduces", "note": "reproduces when the slope is within 0.05 of -1/2"}]
+    line = scorecard.claim_line("F.entk_convergence", rows)
+    assert line.count("reproduces") == 1, line
+    assert "**Verdict: reproduces** (threshold: the slope is within 0.05 of −1/2)." in line
+    assert "slope −0.486, 0.97× the prediction" in line
+    partly = scorecard.claim_line("F.entk_convergence", [{**rows[0], "verdict": "partly"}])
+    assert "**Verdict: partly** (threshold to reproduce: the slope" in partly
+
+
+def test_claim_line_of_another_chapters_claim_says_the_scorecard_joins_it():
+    rows = [{"claim": "B.lanczos", "ours": "top 121 from 252 products", "verdict": "reproduces"}]
+    here = scorecard.claim_line("B.lanczos", rows, chapter="entk_lanczos")
+    there = scorecard.claim_line("B.lanczos", rows, chapter="modular_mlp")
+    assert "joins them" not in here
+    assert "joins them with those of {doc}`entk_lanczos`" in there and "*partly* when they differ" in there
+
+
+def test_headline_and_verdict_line_are_generated_from_rows():
+    r = _result()
+    rows = scorecard.rows_from([(r, [
+        {"claim": "B.mlp.grokking", "ours": "1", "verdict": "reproduces"},
+        {"claim": "B.mlp.first_cliff", "ours": "1", "verdict": "reproduces"},
+        {"claim": "B.mlp.dynamics", "ours": "1", "verdict": "does not"}])])
+    n = len(scorecard.CATALOGUE)
+    assert scorecard.headline(rows) == (f"{n} claims: 2 reproduce, 0 partly, 1 do not, "
+                                        f"{n - 3} not yet measured")
+    measured = [x for x in rows if x.verdict != scorecard.NOT_MEASURED]
+    line = scorecard.verdict_line(measured, labels={"sec-b-mlp-grokking"})
+    assert line == ("**2 reproduce** ({ref}`B.mlp.grokking <sec-b-mlp-grokking>`, B.mlp.first_cliff); "
+                    "**1 does not** (B.mlp.dynamics).")
+    assert scorecard.verdict_line([], labels=set()).startswith("none")
+
+
+def test_chapter_rows_are_the_chapters_claims_from_its_results():
+    from ntkbook.experiments import load_or_run
+
+    res = load_or_run("modular_mlp", "paper")
+    rows = scorecard.chapter_rows("modular_mlp", [res])
+    ids = {r.claim.id for r in rows}
+    assert ids == {"B.mlp.grokking", "B.mlp.first_cliff", "B.mlp.second_cliff_sum",
+                   "B.mlp.second_cliff_diff", "B.mlp.dynamics"}  # not B.lanczos: entk_lanczos's
+    paper = {r.claim.id: r.verdict for r in scorecard.collect(["modular_mlp"])}
+    assert all(paper[r.claim.id] == r.verdict for r in rows)
 
 
 def test_collect_uses_stored_results_and_computed_verdicts():

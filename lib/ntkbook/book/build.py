@@ -6,7 +6,8 @@
    notebook and executed by papermill with the parameter ``scale``; papermill's injected
    parameters cell is tagged ``remove-cell`` so the HTML does not show it;
 2. the executed notebooks, with ``_config.yml``, ``_toc.yml``, ``references.bib`` and ``_static/``,
-   are staged in ``_build/<scale>/src`` (the source tree is never written to);
+   are staged in ``_build/<scale>/src`` (the source tree is never written to); a smoke build gets
+   a banner on every page saying that its numbers are not the paper-scale ones;
 3. ``jupyter-book build`` renders them with execution off and warnings as errors
    (``-W -n --keep-going``) into ``_build/<scale>/html``.
 
@@ -234,9 +235,17 @@ def pages_url(url: str) -> str | None:
     return f"https://{m.group(1).lower()}.github.io/{m.group(2)}/" if m else None
 
 
-def site_config(cfg: dict, url: str | None, edition: str = "teacher") -> dict:
+#: the banner on every page of a smoke build (the theme's ``announcement``)
+SMOKE_BANNER = ("Smoke build: small-scale numbers, not the paper-scale results. Verdicts on these "
+                "pages come from the smoke runs; the paper-scale book is built with "
+                "<code>make book</code>.")
+
+
+def site_config(cfg: dict, url: str | None, edition: str = "teacher", scale: str = "paper") -> dict:
     """The ``_config.yml`` the book is rendered with: ``cfg`` (the repository's) with the
-    repository ``url`` written wherever the theme and Sphinx need it, in one go.
+    repository ``url`` written wherever the theme and Sphinx need it, in one go, and, for a
+    ``scale="smoke"`` build, a banner on every page (:data:`SMOKE_BANNER`, the theme's
+    ``announcement``) saying that its numbers and verdicts are not the paper-scale ones.
 
     With a URL: the repository button, ``html.baseurl`` (``html.baseurl`` of ``cfg`` when set, else
     the GitHub Pages address) and, for a GitHub repository, the "Open in Colab" button of every
@@ -257,6 +266,8 @@ def site_config(cfg: dict, url: str | None, edition: str = "teacher") -> dict:
         theme.pop(key, None)
     if edition == "student":
         cfg["title"] = f"{cfg.get('title', '')} (student edition)".strip()
+    if scale == "smoke":
+        theme["announcement"] = SMOKE_BANNER
     if url is None:
         repository.pop("url", None)
         html["use_repository_button"] = theme["use_repository_button"] = False
@@ -276,7 +287,7 @@ def site_config(cfg: dict, url: str | None, edition: str = "teacher") -> dict:
     return cfg
 
 
-def stage(src_dir: Path, repo: Path = REPO, edition: str = "teacher") -> None:
+def stage(src_dir: Path, repo: Path = REPO, edition: str = "teacher", scale: str = "paper") -> None:
     """Copy the configuration (with the repository URL written in, :func:`site_config`), the
     bibliography, static files, MathJax and the chapters' MyST sources (without solutions in the
     student edition) into ``src_dir`` (executed notebooks already there are kept)."""
@@ -286,7 +297,7 @@ def stage(src_dir: Path, repo: Path = REPO, edition: str = "teacher") -> None:
     for name in STAGED:
         shutil.copy2(repo / name, src_dir / name)
     cfg = yaml.safe_load((repo / "_config.yml").read_text())
-    cfg = site_config(cfg, repository_url(cfg), edition)
+    cfg = site_config(cfg, repository_url(cfg), edition, scale)
     (src_dir / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     shutil.copytree(repo / "_static", src_dir / "_static", dirs_exist_ok=True)
     shutil.copytree(repo / MATHJAX_DIR, src_dir / MATHJAX_DIR, dirs_exist_ok=True)
@@ -340,7 +351,7 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
         ensure_mathjax(repo)
         if src_dir.exists() and not reuse_others:
             shutil.rmtree(src_dir)
-        stage(src_dir, repo, edition=edition)
+        stage(src_dir, repo, edition=edition, scale=scale)
         if reuse_others:
             missing = [c for c in all_chapters if c not in todo
                        and not (src_dir / Path(c).with_suffix(".ipynb")).exists()]

@@ -1,13 +1,15 @@
-"""Small helpers chapters use to show results: figures, Markdown tables, and the lines every
-chapter shows under its title (where its numbers come from, how to re-run it). Number formats
-are :mod:`ntkbook.numbers`."""
+"""Small helpers chapters use to show results: figures, Markdown tables, and the boxes every
+chapter shows under its title (how to re-run it, where its numbers come from). Number formats
+are :mod:`ntkbook.numbers`; :func:`typeset` gives text built from results one typography (true
+minus, arrows, inequalities, times) wherever the book renders it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Sequence
 
-__all__ = ["show", "markdown_table", "MarkdownText", "preset_of", "device_label", "provenance_line",
-           "run_this_chapter"]
+__all__ = ["show", "typeset", "markdown_table", "MarkdownText", "preset_of", "device_label",
+           "provenance_line", "about_these_numbers", "chapter_knobs", "run_this_chapter"]
 
 def show(fig):
     """Close ``fig`` (so the inline backend does not draw it a second time) and return it, so
@@ -18,12 +20,68 @@ def show(fig):
     return fig
 
 
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]):
-    """A Markdown table (rendered as MyST by the book) from a header and rows of cells."""
+# Spans typeset() leaves alone: code spans (and roles such as {ref}`x <sec-y>`), display and
+# inline math, URLs.
+_PROTECTED = re.compile(r"(`+).+?\1|\$\$.+?\$\$|\$[^$\n]+\$|<?https?://[^\s>)]+>?", re.S)
+# plain-text transposes of single capital letters, e.g. "X X^T X" or "J^T J"
+_PLAIN_TEX = re.compile(r"(?<![\w$\\])((?:[A-Z](?:\^T)? )*[A-Z]\^T(?: [A-Z](?:\^T)?)*)(?![\w$^])")
+_TYPESET = (
+    (re.compile(r"<->"), "↔"),
+    (re.compile(r"(?<![<-])->"), "→"),
+    (re.compile(r">="), "≥"),
+    (re.compile(r"<="), "≤"),
+    (re.compile(r"!="), "≠"),
+    # a hyphen-minus that starts a number (not one inside a word, a date or a range: PGD-10,
+    # 2026-11-30, 57-112)
+    (re.compile(r"(?<![\w.\-/^−])-(?=\.?\d)"), "−"),
+    # a factor: 1.9x, 2x (not 3x3, 0x1f or a word)
+    (re.compile(r"(?<=\d)x(?![\w.])|(?<=\d)x(?=\.(?!\d))"), "×"),
+    (re.compile(r"(?<=\d) x (?=\d)"), " × "),
+)
+
+
+def typeset(text: str) -> str:
+    """``text`` built from results (scorecard rows, claim lines, table cells), in the book's one
+    typography: true minus in numbers (−0.34), →, ≥, ≤, ≠, × for factors (1.9×), and plain-text
+    transposes of matrices as math ("X X^T X" becomes ``$X X^\\top X$``). Code spans and roles
+    (`` `mnist_3v8` ``, ``{ref}`...` ``), math (``$...$``) and URLs are left as they are, and so
+    are identifiers and dates (``fgsm-pgd``, ``PGD-10``, ``2026-11-30``)::
+
+        typeset("slope -0.340; ratio 1.9x (>= 6x); 27.3 -> 31.3 %")
+        # 'slope −0.340; ratio 1.9× (≥ 6×); 27.3 → 31.3 %'
+    """
+    out, last = [], 0
+    text = str(text)
+    for m in _PROTECTED.finditer(text):
+        out.append(_typeset_plain(text[last:m.start()]))
+        out.append(m.group(0))
+        last = m.end()
+    out.append(_typeset_plain(text[last:]))
+    return "".join(out)
+
+
+def _typeset_plain(text: str) -> str:
+    for pattern, repl in _TYPESET:
+        text = pattern.sub(repl, text)
+    return _PLAIN_TEX.sub(lambda m: "$" + m.group(1).replace("^T", "^\\top") + "$", text)
+
+
+def _table_cell(cell: Any) -> str:
+    """One cell of a Markdown table: typeset, on one line, with its pipes escaped (a bare ``|``,
+    e.g. in ``|I|``, would split the cell; GFM tables unescape ``\\|`` also inside math)."""
+    text = typeset(str(cell)).replace("\n", " ")
+    return re.sub(r"(?<!\\)\|", r"\\|", text)
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], caption: str | None = None):
+    """A Markdown table (rendered as MyST by the book) from a header and rows of cells, each cell
+    :func:`typeset` and with its pipes escaped. With ``caption`` ("**Table 4.2.** What ...") the
+    caption is printed above the table, the book's style for numbered tables."""
     from IPython.display import Markdown
 
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    lines = [caption, ""] if caption else []
+    lines += ["| " + " | ".join(_table_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_table_cell(c) for c in r) + " |" for r in rows]
     return Markdown("\n".join(lines))
 
 
@@ -110,6 +168,40 @@ def provenance_line(result, *more) -> MarkdownText:
     return MarkdownText(text)
 
 
+def about_these_numbers(result, *more) -> MarkdownText:
+    """The collapsible "About these numbers" box under a chapter's title: its
+    :func:`provenance_line` (scale, date, device, commit, wall time, whether the numbers still come
+    from today's code), folded so that the page opens with the finding, not the machinery."""
+    line = str(provenance_line(result, *more)).removeprefix("**Provenance.** ")
+    return MarkdownText("\n".join([
+        "```{admonition} About these numbers", ":class: dropdown about-these-numbers", "",
+        line, "", "Every number on this page is computed by the library from these stored results "
+        "when the page is built; {doc}`scorecard` sets them beside the papers'.", "```"]))
+
+
+def chapter_knobs(chapter: str, repo=None) -> list[str]:
+    """The names the parameters cell of ``book/<chapter>.md`` sets (``scale`` first), read from
+    the chapter's source: the knobs a reader can turn when running it as a notebook."""
+    import ast
+    from pathlib import Path
+
+    from ntkbook.paths import repo_root
+
+    path = Path(repo or repo_root()) / "book" / f"{chapter}.md"
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r"^```\{code-cell\}[^\n]*\n:tags: \[[^\]]*\bparameters\b[^\]]*\]\n(.*?)^```$",
+                  text, re.M | re.S)
+    if not m:
+        return []
+    names = []
+    for node in ast.parse(m.group(1)).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
+    return names
+
+
 def _chapter_times(chapter: str, times_file=None) -> dict[str, float]:
     """Measured wall times (s) of executing ``book/<chapter>.md`` per scale, from
     ``results/chapters.json`` (written by ``python -m ntkbook.book.build --record-times``)."""
@@ -135,6 +227,9 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
     results from their provenance (``results`` are the chapter's paper-scale results; pass none
     for a chapter that computes nothing heavy).
 
+    The knobs are the names the chapter's parameters cell sets (:func:`chapter_knobs`): the page
+    does not show that cell, the box names what it holds.
+
     Args:
       chapter: the chapter's file name without ``book/`` and ``.md``, e.g. ``"modular_mlp"``.
       results: the :class:`~ntkbook.store.Result` objects the chapter loads (any scale; only
@@ -145,11 +240,14 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
     from ntkbook.progress import format_seconds
 
     times = _chapter_times(chapter, times_file)
+    knobs = chapter_knobs(chapter)
+    knob_text = (" The parameters cell at the top of the notebook sets "
+                 + ", ".join(f"`{k}`" for k in knobs) + ".") if knobs else ""
     lines = ["```{admonition} Run this chapter", ":class: tip run-this-chapter", "",
              f"- **Command** (from the repository root): `make chapter CH={chapter} SCALE=smoke` "
              f"renders this page from scratch at smoke scale; `make chapter CH={chapter}` at paper "
              f"scale (stored results). Or open it as a notebook: `make lab CH={chapter}` "
-             f"(JupyterLab with jupytext; the chapter's parameters cell holds its knobs)."]
+             f"(JupyterLab with jupytext).{knob_text}"]
     if data:
         lines.append(f"- **Data**: {', '.join(data)}, read from the folder named by `NTKBOOK_DATA` "
                      "(see the README; MNIST and Fashion-MNIST are downloaded when missing).")

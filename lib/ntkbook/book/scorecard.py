@@ -33,7 +33,8 @@ from typing import Any, Iterable, Mapping
 from ntkbook.verdicts import VERDICTS
 
 __all__ = ["Claim", "Row", "CATALOGUE", "NOT_MEASURED", "section_label", "collect",
-           "rows_from", "book_labels", "markdown", "verdict_counts", "claim_line"]
+           "rows_from", "chapter_rows", "book_labels", "markdown", "verdict_counts",
+           "headline", "verdict_line", "verdict_text", "claim_line", "card_label"]
 
 NOT_MEASURED = "not yet measured"
 
@@ -197,6 +198,14 @@ def _check(rows: Any, module: str) -> list[dict]:
     return list(rows)
 
 
+def _join(parts: Iterable[str], sep: str = "; ") -> str:
+    """Join sentences of several rows without stray punctuation: a part's closing full stop is
+    dropped before the separator (not "decreasing.; network ...")."""
+    kept = [str(p).strip() for p in parts if str(p).strip()]
+    return sep.join([p[:-1] if p.endswith(".") and not p.endswith("...") else p for p in kept[:-1]]
+                    + kept[-1:])
+
+
 def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
     """One :class:`Row` per catalogued claim from ``(result, scorecard rows)`` pairs. Several rows
     for one claim (e.g. from several experiments) are joined; their verdict is the common one, or
@@ -207,9 +216,9 @@ def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
             row = table[r["claim"]]
             first = row.verdict == NOT_MEASURED
             row.verdict = r["verdict"] if first or row.verdict == r["verdict"] else "partly"
-            row.ours = r["ours"] if first else f"{row.ours}; {r['ours']}"
+            row.ours = r["ours"] if first else _join([row.ours, r["ours"]])
             note = str(r.get("note", "")).strip()
-            row.note = note if first else "; ".join(x for x in (row.note, note) if x)
+            row.note = note if first else _join([row.note, note])
             src = _source(result)
             if src not in row.source:
                 row.source = src if first else f"{row.source}; {src}"
@@ -271,39 +280,176 @@ def verdict_counts(rows: Iterable[Row]) -> dict[str, int]:
     return counts
 
 
+def headline(rows: Iterable[Row]) -> str:
+    """The scorecard's counts in one sentence (Markdown), e.g. "29 claims: 13 reproduce, 9
+    partly, 7 do not"; claims no stored result measures are counted when there are any."""
+    rows = list(rows)
+    c = verdict_counts(rows)
+    parts = [f"{c['reproduces']} reproduce", f"{c['partly']} partly", f"{c['does not']} do not"]
+    if c[NOT_MEASURED]:
+        parts.append(f"{c[NOT_MEASURED]} not yet measured")
+    return f"{len(rows)} claims: " + ", ".join(parts)
+
+
+def chapter_rows(chapter: str, results: Iterable[Any]) -> list[Row]:
+    """The measured rows of the claims ``book/<chapter>.md`` measures, from the ``scorecard``
+    functions of the experiments that computed ``results`` (the results the chapter loaded, at
+    the page's scale; joined as on the scorecard page)."""
+    from ntkbook.experiments import EXPERIMENTS
+
+    measured = []
+    for result in results:
+        fn = getattr(importlib.import_module(EXPERIMENTS[result.name]), "scorecard", None)
+        if fn is not None:
+            measured.append((result, _check(fn(result), EXPERIMENTS[result.name])))
+    return [r for r in rows_from(measured) if r.claim.chapter == chapter and r.verdict != NOT_MEASURED]
+
+
+def verdict_line(rows: Iterable[Row], labels: set[str] | None = None) -> str:
+    """A chapter's verdicts in one line (Markdown) for its "In this chapter" box, grouped by
+    verdict, each claim linked to the section that measures it: "3 reproduce (B.mlp.grokking,
+    ...); 1 partly (...)". Generated from the rows, never typed."""
+    labels = book_labels() if labels is None else labels
+    rows = list(rows)
+    if not rows:
+        return "none: this chapter measures no claim of the papers."
+    words = {"reproduces": ("reproduces", "reproduce"), "partly": ("partly", "partly"),
+             "does not": ("does not", "do not")}
+    parts = []
+    for verdict, (one, many) in words.items():
+        sel = [r for r in rows if r.verdict == verdict]
+        if sel:
+            ids = ", ".join(_claim_ref(r.claim, labels) for r in sel)
+            parts.append(f"**{len(sel)} {one if len(sel) == 1 else many}** ({ids})")
+    return "; ".join(parts) + "."
+
+
+def _claim_ref(c: Claim, labels: set[str]) -> str:
+    target = c.link_target(labels)
+    return f"{{ref}}`{c.id} <{target}>`" if target else c.id
+
+
 _PAPERS = {"background": "Background both papers build on",
            "A": "Paper A: influence malleability in linearised attention",
            "B": "Paper B: feature identification via the empirical NTK"}
 _MARK = {"reproduces": "**reproduces**", "partly": "**partly**", "does not": "**does not**",
          NOT_MEASURED: "not yet measured"}
+#: short names of the chapters, for the scorecard's "where" column (narrow on a phone)
+_CHAPTER_SHORT = {"entk_lanczos": "eNTK and Lanczos", "attention_width": "Attention width",
+                  "influence": "Influence", "modular_mlp": "Modular MLP",
+                  "modular_transformer": "Transformer", "gemma": "Gemma"}
+
+
+def card_label(claim_id: str) -> str:
+    """The label of a claim's details on the scorecard page: ``A.kappa`` -> ``sc-a-kappa``."""
+    return "sc-" + section_label(claim_id).removeprefix("sec-")
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    from ntkbook.book.report import _table_cell
+
+    return _table_cell(text)
+
+
+def split_top_level(text: str, sep: str = ";") -> list[str]:
+    """``text`` split at ``sep`` outside parentheses and brackets, parts stripped: the parts of an
+    "ours" joined from several measurements, each shown on its own line."""
+    parts, depth, cur = [], 0, []
+    for ch in str(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == sep and depth <= 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+_RULE = re.compile(r"^(?:verdict:\s*|reproduces(?::\s*|\s+(?=when\b|if\b)))", re.I)
+
+
+def rule_and_notes(note: str) -> tuple[list[str], list[str]]:
+    """A scorecard note split into the verdict's rules ("reproduces when the slope is within 0.05
+    of −1/2" -> "the slope is within 0.05 of −1/2" is the condition for "reproduces"; "verdict:
+    ratio and levels within 2×") and the other remarks, each :func:`typeset`."""
+    from ntkbook.book.report import typeset
+
+    rules, notes = [], []
+    for part in split_top_level(note):
+        part = typeset(part.rstrip("."))
+        m = _RULE.match(part)
+        if m:
+            rules.append(part[m.end():].removeprefix("when ").removeprefix("if ").strip())
+        else:
+            notes.append(part)
+    return rules, notes
+
+
+def verdict_text(verdict: str, note: str) -> str:
+    """"**Verdict: partly** (threshold to reproduce: ...). Notes: ..." from a verdict and its
+    scorecard note: the rule stated once, not "reproduces (reproduces when ...)"."""
+    rules, notes = rule_and_notes(note)
+    text = f"**Verdict: {verdict}**"
+    if rules:
+        which = "threshold" if verdict == "reproduces" else "threshold to reproduce"
+        text += f" ({which}: {'; '.join(rules)})"
+    text += "."
+    if notes:
+        text += " Notes: " + "; ".join(notes) + "."
+    return text
 
 
 def markdown(rows: list[Row], labels: set[str] | None = None, heading_level: int = 2) -> str:
-    """The scorecard as MyST Markdown: one table per paper (claim, paper, ours, verdict and source),
-    claims linked to their sections where the label exists in ``labels``."""
+    """The scorecard as MyST Markdown, in two parts. First one compact table of every claim
+    (claim, verdict, where it is measured), which reads on a phone; then, per paper, the details
+    of each claim as a dropdown (the claim, the paper's number, ours, the verdict's rule and notes,
+    the stored result it comes from and whether today's code computed it), labelled
+    :func:`card_label` so the table links to them. Claims link to their sections only where the
+    label exists in ``labels``. All text built from results is :func:`~ntkbook.book.report.typeset`."""
+    from ntkbook.book.report import typeset
+
     labels = book_labels() if labels is None else labels
-    out = []
+    h = "#" * heading_level
+    out = [f"{h} At a glance", "",
+           "| claim | verdict | measured in |", "|---|---|---|"]
+    for r in rows:
+        c = r.claim
+        target = c.link_target(labels)
+        where = (f"{{ref}}`{_CHAPTER_SHORT.get(c.chapter, c.chapter)} <{target}>`" if target
+                 else f"{{doc}}`{c.chapter}`")
+        out.append(f"| {{ref}}`{c.id} <{card_label(c.id)}>`: {_cell(c.claim)} | {_MARK[r.verdict]} "
+                   f"| {where} |")
+    out.append("")
     for paper, title in _PAPERS.items():
         sel = [r for r in rows if r.claim.paper == paper]
         if not sel:
             continue
-        out += [f"{'#' * heading_level} {title}", "",
-                "| claim | the paper | ours | verdict (measured by) |", "|---|---|---|---|"]
+        out += [f"{h} {title}", ""]
         for r in sel:
-            c = r.claim
-            target = c.link_target(labels)
-            ident = f"{{ref}}`{c.id} <{target}>`" if target else f"**{c.id}**"
-            claim = f"{ident}: {c.claim}"
-            ours = r.ours + (f" ({r.note})" if r.note else "") if r.verdict != NOT_MEASURED else "–"
-            src = r.source if r.verdict != NOT_MEASURED else f"chapter `{c.chapter}`"
-            out.append(f"| {_cell(claim)} | {_cell(c.reported)} | {_cell(ours)} "
-                       f"| {_MARK[r.verdict]} ({_cell(src)}) |")
-        out.append("")
+            out += _card(r, labels, typeset)
     return "\n".join(out)
+
+
+def _card(r: Row, labels: set[str], typeset) -> list[str]:
+    c = r.claim
+    target = c.link_target(labels)
+    ident = f"{{ref}}`{c.id} <{target}>`" if target else f"**{c.id}**"
+    lines = [f"````{{dropdown}} {c.id}: {r.verdict}", f":name: {card_label(c.id)}",
+             ":class-container: scorecard-claim", "",
+             f"{ident}: {c.claim}", "", f"**The paper:** {typeset(c.reported)}.", ""]
+    if r.verdict == NOT_MEASURED:
+        return lines + [f"**Ours:** not yet measured (chapter {{doc}}`{c.chapter}`).", "````", ""]
+    ours = split_top_level(r.ours)
+    if len(ours) == 1:
+        lines += [f"**Ours:** {typeset(ours[0])}.", ""]
+    else:
+        lines += ["**Ours:**", ""] + [f"- {typeset(o)}" for o in ours] + [""]
+    lines.append(verdict_text(r.verdict, r.note))
+    lines += ["", "**From the stored result" + ("s" if len(r.experiments) > 1 else "") + ":** "
+              + "; ".join(split_top_level(r.source)) + ".", "````", ""]
+    return lines
 
 
 def as_dicts(rows: Iterable[Row]) -> list[dict]:
@@ -312,22 +458,34 @@ def as_dicts(rows: Iterable[Row]) -> list[dict]:
              "ours": r.ours, "note": r.note, "source": r.source} for r in rows]
 
 
-def claim_line(claim_id: str, rows: list[dict]):
+def claim_line(claim_id: str, rows: list[dict], *, chapter: str | None = None):
     """The closing line of a section that measures ``claim_id``: the paper's number beside ours and
-    the verdict, from rows returned by an experiment's ``scorecard(result)`` (Markdown)::
+    the verdict with its rule, from rows returned by an experiment's ``scorecard(result)``
+    (Markdown, :func:`~ntkbook.book.report.typeset`)::
 
         claim_line("B.mlp.grokking", modular_mlp.scorecard(res))
+        # **Paper B:** around epochs 75–100. **Ours:** 10% → 90% ... **Verdict: reproduces**
+        # (threshold: every seed ends ≥ 95% and ...).
+
+    ``chapter``: the chapter showing the line. Where the claim is catalogued under another
+    chapter, the line says that these rows are this chapter's part of the claim and that the
+    scorecard joins them with that chapter's (so a verdict that differs from the scorecard's is
+    explained where it is shown).
     """
-    from ntkbook.book.report import MarkdownText
+    from ntkbook.book.report import MarkdownText, typeset
 
     c = _BY_ID[claim_id]
     paper = {"A": "Paper A", "B": "Paper B"}.get(c.paper, "Expected")
     mine = [r for r in rows if r["claim"] == claim_id]
     if not mine:
-        return MarkdownText(f"**{paper}:** {c.reported}. **Ours:** not measured in this run.")
-    ours = "; ".join(r["ours"] for r in mine)
+        return MarkdownText(f"**{paper}:** {typeset(c.reported)}. **Ours:** not measured in this run.")
+    ours = typeset(_join(r["ours"] for r in mine))
     verdicts = {r["verdict"] for r in mine}
     verdict = verdicts.pop() if len(verdicts) == 1 else "partly"
-    notes = "; ".join(str(r.get("note", "")) for r in mine if r.get("note"))
-    return MarkdownText(f"**{paper}:** {c.reported}. **Ours:** {ours}. **Verdict: {verdict}**"
-                        + (f" ({notes})." if notes else "."))
+    text = (f"**{paper}:** {typeset(c.reported)}. **Ours:** {ours}. "
+            + verdict_text(verdict, _join(str(r.get("note", "")) for r in mine)))
+    if chapter is not None and chapter != c.chapter:
+        text += (f" These are this chapter's measurements of `{claim_id}`; the scorecard "
+                 f"({{doc}}`scorecard`) joins them with those of {{doc}}`{c.chapter}`, and its verdict "
+                 "is theirs when they agree, *partly* when they differ.")
+    return MarkdownText(text)
