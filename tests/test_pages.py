@@ -73,3 +73,15 @@ def test_config_has_no_second_search_bar():
 
     cfg = yaml.safe_load((bookbuild.REPO / "_config.yml").read_text())
     assert cfg["sphinx"]["config"]["html_theme_options"]["navbar_persistent"] == []
+
+
+def test_build_typesets_running_text_but_not_code_or_math():
+    from docutils import nodes
+
+    para = nodes.paragraph("", "", nodes.Text("slope -0.34, 1.9x, a -> b "),
+                           nodes.literal("", "x = -1 -> 2"), nodes.math("", "-1/2"))
+    block = nodes.literal_block("", "print(-1)")
+    doc = nodes.container("", para, block)
+    bookbuild._typeset_doctree(None, doc, "x")
+    assert para.astext() == "slope −0.34, 1.9×, a → b x = -1 -> 2-1/2"
+    assert block.astext() == "print(-1)"

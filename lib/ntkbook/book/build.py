@@ -35,7 +35,8 @@ so a page does not open with a box of progress lines.
 
 This module is also a small Sphinx extension (listed in ``_config.yml``): it adds each chapter's
 MyST source (``book/x.md``, copied beside ``book/x.html``) to the page's download menu, next to
-the executed notebook.
+the executed notebook, and gives the running text of every page one typography (true minus,
+arrows, inequalities, ×; :func:`ntkbook.book.report.typeset_characters`), code and math excepted.
 """
 
 from __future__ import annotations
@@ -442,9 +443,39 @@ def _add_myst_download(app, pagename, templatename, context, doctree):
                 "icon": "fas fa-file-code", "label": "download-myst-button"})
 
 
+#: nodes whose text is never typeset: code, math, raw HTML
+_VERBATIM = ("literal", "literal_block", "math", "math_block", "raw", "doctest_block", "comment")
+
+
+def _typeset_doctree(app, doctree, docname):
+    """Give every piece of running text of a page the book's typography
+    (:func:`ntkbook.book.report.typeset`: true minus in numbers, →, ≥, ≤, ×): text printed by
+    cells and glued from results is built with hyphen-minus and ASCII arrows by formatting code
+    that cannot change (it is hashed into the stored results). Code, math and raw HTML are left as
+    they are."""
+    from docutils import nodes
+
+    from ntkbook.book.report import typeset_characters
+
+    for text in list(doctree.findall(nodes.Text)):
+        parent = text.parent
+        if parent is None or any(type(a).__name__ in _VERBATIM for a in _ancestors(parent)):
+            continue
+        new = typeset_characters(str(text))
+        if new != str(text):
+            parent.replace(text, nodes.Text(new))
+
+
+def _ancestors(node):
+    while node is not None:
+        yield node
+        node = node.parent
+
+
 def setup(app):
     """Sphinx entry point (``ntkbook.book.build`` in ``_config.yml``'s extra_extensions)."""
     app.connect("html-page-context", _add_myst_download, priority=502)
+    app.connect("doctree-resolved", _typeset_doctree)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

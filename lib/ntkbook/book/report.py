@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
-__all__ = ["show", "typeset", "markdown_table", "MarkdownText", "preset_of", "device_label",
-           "provenance_line", "about_these_numbers", "chapter_knobs", "run_this_chapter"]
+__all__ = ["show", "typeset", "typeset_characters", "markdown_table", "MarkdownText", "preset_of", "device_label",
+           "provenance_line", "about_these_numbers", "opening", "chapter_knobs", "run_this_chapter"]
 
 def show(fig):
     """Close ``fig`` (so the inline backend does not draw it a second time) and return it, so
@@ -60,9 +60,17 @@ def typeset(text: str) -> str:
     return "".join(out)
 
 
-def _typeset_plain(text: str) -> str:
+def typeset_characters(text: str) -> str:
+    """The character rules of :func:`typeset` alone (minus, arrows, inequalities, ×), for text
+    that is already parsed (the build applies it to every text node of a page outside code and
+    math)."""
     for pattern, repl in _TYPESET:
         text = pattern.sub(repl, text)
+    return text
+
+
+def _typeset_plain(text: str) -> str:
+    text = typeset_characters(text)
     return _PLAIN_TEX.sub(lambda m: "$" + m.group(1).replace("^T", "^\\top") + "$", text)
 
 
@@ -177,6 +185,20 @@ def about_these_numbers(result, *more) -> MarkdownText:
         "```{admonition} About these numbers", ":class: dropdown about-these-numbers", "",
         line, "", "Every number on this page is computed by the library from these stored results "
         "when the page is built; {doc}`scorecard` sets them beside the papers'.", "```"]))
+
+
+def opening(chapter: str, results: Sequence = (), data: Sequence[str] = (), *,
+            notes: Sequence[str] = ()) -> MarkdownText:
+    """What a chapter shows after its "In this chapter" summary: the :func:`run_this_chapter` box,
+    then, for a chapter that loads results, :func:`about_these_numbers` (collapsed). One cell,
+    input removed, renders both::
+
+        opening("modular_mlp", [res], data=["MNIST"])
+    """
+    parts = [run_this_chapter(chapter, results, data, notes=notes)]
+    if results:
+        parts.append(about_these_numbers(*results))
+    return MarkdownText("\n\n".join(parts))
 
 
 def chapter_knobs(chapter: str, repo=None) -> list[str]:

@@ -34,7 +34,7 @@ from ntkbook.verdicts import VERDICTS
 
 __all__ = ["Claim", "Row", "CATALOGUE", "NOT_MEASURED", "section_label", "collect",
            "rows_from", "chapter_rows", "book_labels", "markdown", "verdict_counts",
-           "headline", "verdict_line", "verdict_text", "claim_line", "card_label"]
+           "headline", "verdict_line", "chapter_verdicts", "verdict_text", "claim_line", "card_label"]
 
 NOT_MEASURED = "not yet measured"
 
@@ -322,6 +322,23 @@ def verdict_line(rows: Iterable[Row], labels: set[str] | None = None) -> str:
             ids = ", ".join(_claim_ref(r.claim, labels) for r in sel)
             parts.append(f"**{len(sel)} {one if len(sel) == 1 else many}** ({ids})")
     return "; ".join(parts) + "."
+
+
+def chapter_verdicts(chapter: str, results: Iterable[Any]):
+    """The verdict line of a chapter's "In this chapter" box (Markdown): its claims' verdicts from
+    the results it loaded (:func:`chapter_rows`, :func:`verdict_line`), saying so when they are
+    not the paper-scale results (a smoke build's verdicts are the smoke runs')."""
+    from ntkbook.book.report import MarkdownText, preset_of
+
+    results = list(results)
+    line = verdict_line(chapter_rows(chapter, results))
+    if not results:
+        return MarkdownText(f"**Verdicts:** {line}")
+    scales = {preset_of(r)[0] for r in results}
+    where = ("computed from this page's paper-scale results" if scales == {"paper"}
+             else "computed from this page's **" + "/".join(sorted(scales)) + "-scale** results, "
+             "not the paper-scale ones")
+    return MarkdownText(f"**Verdicts** ({where}; details in {{doc}}`scorecard`): {line}")
 
 
 def _claim_ref(c: Claim, labels: set[str]) -> str:
