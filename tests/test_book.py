@@ -143,8 +143,8 @@ def test_failing_chapter_names_chapter_and_cell(tmp_path):
 import re  # noqa: E402
 
 #: chapters of the "reader" helper: the Run-this-chapter box and the provenance line are checked here
-READER_CHAPTERS = ["book/intro.md", "book/ntk_in_one_page.md", "book/entk_lanczos.md", "book/modular_mlp.md",
-                   "book/modular_transformer.md", "book/gemma.md", "book/influence.md"]
+READER_CHAPTERS = ["book/intro.md", "book/ntk_in_one_page.md", "book/entk_lanczos.md", "book/attention_width.md",
+                   "book/modular_mlp.md", "book/modular_transformer.md", "book/gemma.md", "book/influence.md"]
 NO_EXERCISES = {"book/scorecard.md", "book/fork.md", "book/cite.md", "book/references.md"}
 FEWER_EXERCISES = {"book/intro.md": 1, "book/ntk_in_one_page.md": 1}
 
@@ -179,21 +179,50 @@ def test_glue_figures_have_name_alt_and_caption(chapter):
 
 
 @pytest.mark.parametrize("chapter", READER_CHAPTERS)
-def test_reader_chapters_open_with_run_box_and_knobs(chapter):
+def test_reader_chapters_open_with_their_finding(chapter):
+    """Title, then an "In this chapter" box whose verdict line is glued from the results, then the
+    run box and the folded provenance (``opening``); no code is shown before the first sentence,
+    the parameters cell included (papermill still finds it by its tag; the run box names its
+    knobs)."""
+    text = (REPO / chapter).read_text()
     cells = _cells(chapter)
     code = [c for c in cells if c.cell_type == "code"]
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert params and "scale" in params[0].source
     assert len([ln for ln in params[0].source.splitlines() if "=" in ln]) >= 2, \
         f"{chapter}: the parameters cell holds only the scale (add the knobs a student would turn)"
-    assert "remove-cell" not in params[0].metadata.get("tags", []), \
-        f"{chapter}: the parameters cell is removed from the page (use hide-input: readers look for the knobs)"
-    first_shown = next(c for c in code if "remove-cell" not in c.metadata.get("tags", [])
-                       and "parameters" not in c.metadata.get("tags", []))
-    assert "run_this_chapter(" in first_shown.source, f"{chapter}: the first shown cell is not the run box"
+    # everything before the first prose paragraph: removed code, the box, the opening
+    lines = text[text.index("\n# ") + 1:].splitlines()[1:]
+    fence, colon, end = None, False, len(lines)
+    for i, ln in enumerate(lines):
+        if fence:
+            fence = None if ln.strip() == fence else fence
+        elif ln.startswith("```"):
+            fence = re.match(r"`+", ln).group(0)
+        elif ln.startswith(":::"):
+            colon = ln.strip() != ":::"
+        elif not colon and ln.strip() and not ln.startswith(("#", "(")):
+            end = i
+            break
+    head = "\n".join(lines[:end])
+    shown = re.findall(r"^```\{code-cell\}[^\n]*\n(?!:tags: \[[^\]]*\bremove-(?:cell|input)\b)", head, re.M)
+    assert not shown, f"{chapter}: a code cell is shown before the first sentence"
+    box = re.search(r"^:::\{admonition\} In this (?:chapter|book)\n(.*?)^:::$", head, re.M | re.S)
+    assert box, f"{chapter}: no 'In this chapter' box before the first sentence"
+    assert re.search(r"\*\*(Derives|Builds)\*\*", box.group(1)) and "**Measures**" in box.group(1)
+    key = re.search(r"```\{glue:md\} (\S+)", box.group(1))
+    assert key, f"{chapter}: the box's verdict line is not glued from the results"
+    assert re.search(rf'glue\("{key.group(1)}", (?:chapter_verdicts\(|Markdown\(f"\*\*Verdicts)', text), \
+        f"{chapter}: the verdict line is not generated (chapter_verdicts or the scorecard's headline)"
+    after = head[box.end():]
+    glued = [k for k in re.findall(r"```\{glue:md\} (\S+)", after)
+             if re.search(rf'glue\("{k}", Markdown\(str\(opening\(', text)]
+    assert "opening(" in after or glued, f"{chapter}: no run box (opening) after the summary"
+    assert "provenance_line(" not in text and "run_this_chapter(" not in text, \
+        f"{chapter}: use opening(): the run box and the folded provenance"
     uses_results = any("load_or_run(" in c.source for c in code)
     if uses_results:
-        assert "provenance_line(" in first_shown.source, f"{chapter}: no provenance line under the title"
+        assert re.search(r"opening\(\"[a-z_]+\", \[", head), f"{chapter}: the opening does not name its results"
     for c in code:
         tags = c.metadata.get("tags", [])
         if "remove-input" in tags:
