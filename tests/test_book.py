@@ -108,12 +108,13 @@ def test_browser_check_catches_broken_figure(tmp_path):
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=(1, 1))
-    fig.savefig(tmp_path / "ok.png")
+    fig.savefig(tmp_path / "ok.png", dpi=100, metadata={htmlcheck.FONT_KEY: "10", htmlcheck.DPI_KEY: "100"})
     plt.close(fig)
     figure = ('<figure><img alt="A test image" src="{}"><figcaption><span class="caption-number">Fig. 1 '
               '</span><span class="caption-text">What to see.</span></figcaption></figure>')
+    prose = "<p>" + "A paragraph of running text that cites Fig. 1 and says what it shows. " * 2 + "</p>"
     good = tmp_path / "good.html"
-    good.write_text(f'<html><body><main>{figure.format("ok.png")}</main></body></html>')
+    good.write_text(f'<html><body><main>{prose}{figure.format("ok.png")}</main></body></html>')
     assert htmlcheck.check_page(good, chromium=chromium).ok
     bad = tmp_path / "bad.html"
     bad.write_text(f'<html><body><main>{figure.format("ok.png")}{figure.format("missing.png")}</main></body></html>')

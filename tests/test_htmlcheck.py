@@ -30,18 +30,25 @@ def mathjax():
         pytest.skip(str(exc))
 
 
-@pytest.fixture(scope="module")
-def png(tmp_path_factory):
+def _png(path: Path, inches: float = 2, dpi: float = 100, font_pt: float | None = 10) -> Path:
+    """A PNG ``inches`` wide at ``dpi``, carrying the font metadata ntkbook.book.report.show
+    writes (smallest text ``font_pt`` points), or none with ``font_pt=None``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder = tmp_path_factory.mktemp("img")
-    fig = plt.figure(figsize=(2, 1))
-    fig.savefig(folder / "fig.png")
+    fig = plt.figure(figsize=(inches, inches / 2))
+    meta = {} if font_pt is None else {htmlcheck.FONT_KEY: str(font_pt), htmlcheck.DPI_KEY: str(dpi)}
+    fig.savefig(path, dpi=dpi, metadata=meta)
     plt.close(fig)
-    return folder / "fig.png"
+    return path
+
+
+@pytest.fixture(scope="module")
+def png(tmp_path_factory):
+    """A figure with 10 pt text at 100 dpi, 200 px wide: 14 px text shown at 200 px or wider."""
+    return _png(tmp_path_factory.mktemp("img") / "fig.png")
 
 
 FIGURE = ('<figure id="fig-x"><img alt="Test curve rising to the right" src="{src}" style="width:300px">'
@@ -52,11 +59,14 @@ SHORT_EQ = ('<div class="math notranslate nohighlight" id="equation-eq-ok"><span
 LONG_EQ = ('<div class="math notranslate nohighlight" id="equation-eq-long"><span class="eqno">(1.2)</span>'
            '\\[ ' + " + ".join(f"\\frac{{\\partial f_{{{i}}}(x)}}{{\\partial W_{{\\mu}}}}" for i in range(14))
            + ' = 0 \\]</div>')
+# running text a reader reads first, citing the figure (pages without MathJax)
+READ = ('<p>The condition number of the Gram matrix grows like the cube of that of the data, as Fig. 1.1 '
+        'shows.</p>')
 TABLE = ('<table><tr><th>quantity</th><th>value</th></tr><tr><td>kappa</td><td>10</td></tr></table>')
 WIDE_TABLE = ('<table style="display:table"><tr>' + "".join(f"<th>a long column heading {i}</th>" for i in range(12))
               + '</tr><tr>' + "".join(f"<td>{i}.0</td>" for i in range(12)) + '</tr></table>')
 PROSE = ('<p>The condition number of <span class="math notranslate nohighlight">\\(G^3\\)</span> is '
-         'the cube of that of G; the code calls <code class="literal">res["eigs"]</code>.</p>')
+         'the cube of that of G, as Fig. 1.1 shows; the code calls <code class="literal">res["eigs"]</code>.</p>')
 
 
 def _page(folder: Path, name: str, body: str, mathjax: Path | None = None, png: Path | None = None,
@@ -116,8 +126,8 @@ def test_uncaptioned_figure_and_missing_alt_fail(tmp_path, chromium, png):
     bare = _page(tmp_path, "bare", '<div class="cell_output"><img alt="" src="{src}"></div>', png=png)
     problems = _problems(bare, chromium)
     assert any("no caption" in p for p in problems) and any("no alt text" in p for p in problems), problems
-    path_alt = _page(tmp_path, "pathalt", FIGURE.replace("Test curve rising to the right",
-                                                         "../_images/fig.png"), png=png)
+    path_alt = _page(tmp_path, "pathalt", READ + FIGURE.replace("Test curve rising to the right",
+                                                                 "../_images/fig.png"), png=png)
     problems = _problems(path_alt, chromium)
     assert problems and all("alt is a file name" in p for p in problems), problems
     unnumbered = _page(tmp_path, "unnum", FIGURE.replace('<span class="caption-number">Fig. 1.1 </span>', ""),
@@ -148,7 +158,7 @@ def test_text_leftovers_fail(tmp_path, chromium, text, kind):
 
 
 def test_code_inputs_and_inline_code_are_not_leftovers(tmp_path, chromium):
-    body = ('<div class="cell_input"><pre>x = res["eigs"]; d = {\'a\': 1}; print("$", r"\\kappa")</pre></div>'
+    body = (READ + '<div class="cell_input"><pre>x = res["eigs"]; d = {\'a\': 1}; print("$", r"\\kappa")</pre></div>'
             '<p>Call <code class="literal">params[\'dense1\']</code>; an overlap of 0.98 and -0.5.</p>'
             '<div class="highlight-python notranslate"><div class="highlight"><pre>return [{"claim": "x"}]'
             '</pre></div></div>')
@@ -168,3 +178,186 @@ def test_long_inline_math_fails_at_phone_width(tmp_path, chromium, mathjax):
     assert _problems(page, chromium, width=1400) == []
     problems = _problems(page, chromium, width=400)
     assert any("inline math" in p for p in problems), problems
+
+
+# --- figure text as displayed (issue 18) -------------------------------------------------------
+
+def test_small_figure_text_fails_at_each_width_it_is_small(tmp_path, chromium):
+    # 6 pt at 100 dpi in a 600 px image shown 300 px wide: 6 * 100/72 * 0.5 = 4.2 px, at any width
+    small = _png(tmp_path / "small.png", inches=6, dpi=100, font_pt=6)
+    page = _page(tmp_path, "small", READ + FIGURE, png=small)
+    for width in htmlcheck.WIDTHS:
+        problems = _problems(page, chromium, width)
+        assert [p for p in problems if "smallest text" in p] == [
+            f"Fig. 1.1: its smallest text is 4.2 px at {width} px (6 pt at 100 dpi, a 600 px wide image "
+            f"shown 300 px wide); the least is 9 px"], problems
+
+
+def test_figure_text_small_only_on_a_phone_fails_only_there(tmp_path, chromium):
+    # 8 pt at 200 dpi = 22 px in a 1200 px image, shrunk to the column: ~16 px at 1400, ~7 px at 400
+    wide = _png(tmp_path / "wide.png", inches=6, dpi=200, font_pt=8)
+    page = _page(tmp_path, "wide", READ + FIGURE.replace('style="width:300px"', 'style="max-width:100%"'),
+                 png=wide)
+    assert _problems(page, chromium, 1400) == []
+    problems = _problems(page, chromium, 400)
+    assert len(problems) == 1 and problems[0].startswith("Fig. 1.1: its smallest text is ") \
+        and " px at 400 px (8 pt at 200 dpi, a 1200 px wide image" in problems[0], problems
+
+
+def test_narrow_variant_served_below_a_breakpoint_passes(tmp_path, chromium):
+    # the wide layout is too small on a phone; a <picture> serves a narrow one there, which is read
+    wide = _png(tmp_path / "wide.png", inches=6, dpi=200, font_pt=8)
+    narrow = _png(tmp_path / "narrow.png", inches=3, dpi=200, font_pt=8)
+    picture = (f'<picture><source media="(max-width: 600px)" srcset="{narrow.as_uri()}">'
+               f'<img alt="Test curve rising to the right" src="{wide.as_uri()}" style="max-width:100%"></picture>')
+    figure = FIGURE.replace('<img alt="Test curve rising to the right" src="{src}" style="width:300px">', picture)
+    page = _page(tmp_path, "picture", READ + figure)
+    for width in htmlcheck.WIDTHS:
+        assert _problems(page, chromium, width) == [], width
+
+
+def test_figure_without_font_metadata_fails_and_logo_is_not_a_figure(tmp_path, chromium, png):
+    import base64
+
+    plain = _png(tmp_path / "plain.png", font_pt=None)
+    page = _page(tmp_path, "nometa", READ + FIGURE, png=plain)
+    logo = f'<header><img alt="Book logo" src="{plain.as_uri()}"></header>'  # the theme's, outside <main>
+    page.write_text(page.read_text().replace("<body>", "<body>" + logo))
+    problems = _problems(page, chromium)
+    assert problems == ["Fig. 1.1: figure not rendered by ntkbook.book.report.show (its PNG has no "
+                        "ntkbook:min_font_pt and ntkbook:dpi, so the size of its text is unknown)"], problems
+    # an image inlined as a data: URI is read too
+    small = _png(tmp_path / "small.png", inches=6, dpi=100, font_pt=6)
+    uri = "data:image/png;base64," + base64.b64encode(small.read_bytes()).decode()
+    page = _page(tmp_path, "datauri", READ + FIGURE.replace("{src}", uri))
+    problems = _problems(page, chromium)
+    assert len(problems) == 1 and "Fig. 1.1: its smallest text is 4.2 px" in problems[0], problems
+
+
+def test_png_text_chunks_are_read():
+    from PIL import Image, PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text(htmlcheck.FONT_KEY, "7.5")
+    info.add_itxt(htmlcheck.DPI_KEY, "150", zip=True)
+    import io
+
+    buf = io.BytesIO()
+    Image.new("RGB", (321, 4)).save(buf, format="PNG", pnginfo=info)
+    assert htmlcheck.png_info(buf.getvalue()) == (321, {htmlcheck.FONT_KEY: "7.5", htmlcheck.DPI_KEY: "150"})
+    with pytest.raises(ValueError):
+        htmlcheck.png_info(b"GIF89a")
+
+
+# --- figures and tables cited in the text ------------------------------------------------------
+
+def _figure(n: int, cites: str = "") -> str:
+    return (f'<figure id="fig-{n}"><img alt="Test curve number {n}" src="{{src}}" style="width:300px">'
+            f'<figcaption><p><span class="caption-number">Fig. 1.{n} </span>'
+            f'<span class="caption-text">What to see in panel {n}. {cites}</span></p></figcaption></figure>')
+
+
+CAPTIONED_TABLE = ('<table id="table-k"><caption><span class="caption-number">Table 1 </span>'
+                   '<span class="caption-text">Condition numbers.</span></caption>'
+                   '<thead><tr><th>quantity</th><th>value</th></tr></thead><tbody><tr><td>kappa</td><td>10</td>'
+                   '</tr></tbody></table>')
+PARAGRAPH_TABLE = (TABLE + '<p><strong>Table 2.</strong> Raw pixels; Table 1 and Fig. 1.2 say more.</p>')
+
+
+def test_uncited_figures_and_tables_fail(tmp_path, chromium, png):
+    # Fig. 1.1 is cited by a numref link, Table 1 by number; Fig. 1.2 and Table 2 only in captions
+    prose = ('<p>The condition number grows with the depth of the network, as '
+             '<a class="reference internal" href="#fig-1"><span class="std std-numref">the first figure</span>'
+             '</a> and Table 1 show for every data set we measured.</p>')
+    body = prose + _figure(1, "Compare Fig. 1.2.") + _figure(2) + CAPTIONED_TABLE + PARAGRAPH_TABLE
+    problems = _problems(_page(tmp_path, "uncited", body, png=png), chromium)
+    assert problems == ["Fig. 1.2 is never cited in the text (cite it by number or with {numref})",
+                        "Table 2 is never cited in the text (cite it by number or with {numref})"], problems
+    cited = prose.replace("show for", "show (with Figs. 1.1–1.2 and Table 2) for")
+    body = cited + _figure(1) + _figure(2) + CAPTIONED_TABLE + PARAGRAPH_TABLE
+    assert _problems(_page(tmp_path, "cited", body, png=png), chromium) == []
+
+
+@pytest.mark.parametrize("text, cites", [
+    ("see Fig. 3.2 and Figs. 3.7–3.10", {("Fig.", "3.2"), ("Fig.", "3.7"), ("Fig.", "3.8"), ("Fig.", "3.9"),
+                                        ("Fig.", "3.10")}),
+    ("Figure 1(b) and Tables 4 and 5", {("Fig.", "1"), ("Table", "4"), ("Table", "5")}),
+    ("Table 12) and the Table of contents", {("Table", "12")}),
+])
+def test_cited_numbers(text, cites):
+    assert htmlcheck.cited_numbers(text) == cites
+
+
+# --- table rows with more cells than the header ------------------------------------------------
+
+def test_table_row_with_more_cells_than_header_fails(tmp_path, chromium):
+    bad = TABLE.replace("<td>10</td>", "<td>10</td><td>extra</td>")
+    problems = _problems(_page(tmp_path, "row", READ + bad), chromium)
+    assert problems == ['table 1 ("quantity"), row 2: 3 cells, its header 2: more cells than its header'], problems
+    spans = ('<table><thead><tr><th colspan="2">pair</th><th>c</th></tr></thead><tbody>'
+             '<tr><td rowspan="2">a</td><td>b</td><td>c</td></tr><tr><td>b</td><td>c</td></tr></tbody></table>')
+    assert _problems(_page(tmp_path, "spans", READ + spans), chromium) == []
+
+
+def test_markdown_row_split_by_a_bare_pipe_fails(tmp_path, chromium):
+    # the renderer drops the extra cells of "|I|" silently: the check reads the page's source, which
+    # the built site ships as _sources/<page>.ipynb
+    import json
+
+    def site(name, row):
+        (tmp_path / name / "book").mkdir(parents=True)
+        (tmp_path / name / "_sources" / "book").mkdir(parents=True)
+        table = f"| choice | ours | why |\n|---|---|---|\n| ridge | λ = 0.001 | stated |\n{row}\n"
+        nb = {"cells": [{"cell_type": "code", "source": "", "outputs": [
+            {"output_type": "display_data", "data": {"text/markdown": table}}]}]}
+        (tmp_path / name / "_sources" / "book" / "p.ipynb").write_text(json.dumps(nb))
+        return _page(tmp_path / name / "book", "p", READ + TABLE)
+
+    problems = _problems(site("bare", "| top set | τ = 10% by clean |I|, 50 points | paper |"), chromium)
+    assert len(problems) == 1 and "Markdown table row with 5 cells under a header of 3" in problems[0] \
+        and "|I|" in problems[0], problems
+    assert _problems(site("escaped", "| top set | τ = 10% by clean \\|I\\|, 50 points | paper |"), chromium) == []
+
+
+# --- ASCII arrows and inequalities in prose ----------------------------------------------------
+
+@pytest.mark.parametrize("snippet", ["27.3 -> 31.3", "x <- y", "A => B", "slope >= 0.5", "kappa <= 10",
+                                     "0.5 +- 0.1"])
+def test_ascii_arrow_in_prose_fails(tmp_path, chromium, snippet):
+    problems = _problems(_page(tmp_path, "arrow", READ + f"<p>We find {snippet} here.</p>"), chromium)
+    assert len(problems) == 1 and "ASCII arrow or inequality" in problems[0] and snippet in problems[0], problems
+
+
+def test_arrows_in_code_math_and_urls_pass(tmp_path, chromium, mathjax):
+    body = (PROSE + '<p>Run <code class="literal">a -> b >= c</code>; see <a href="https://x.org/a->b">'
+            'https://x.org/a->b</a>; the bound <span class="math notranslate nohighlight">\\(x \\ge 0\\)</span> '
+            'holds and 27.3 → 31.3 ≥ 6 ± 1.</p><pre>if a >= b: x => y</pre>'
+            '<div class="cell_input"><pre>f = lambda: a <= b</pre></div>')
+    assert _problems(_page(tmp_path, "arrow_ok", body, mathjax), chromium) == []
+
+
+# --- the first screen holds prose --------------------------------------------------------------
+
+MACHINERY = ('<h1>Chapter title</h1><details open><summary>Show code cell source</summary><pre>'
+             + "\n".join(f"x{i} = {i}  # a parameter" for i in range(50)) + '</pre></details>'
+             '<div class="admonition tip"><p class="admonition-title">Run this chapter</p><p>'
+             + "Command, data and time of this chapter, in a box that a reader does not read first. " * 6
+             + '</p></div>')
+
+
+def test_first_screen_without_prose_fails_at_laptop_width(tmp_path, chromium, png):
+    provenance = ('<div class="cell_output"><p><strong>Provenance.</strong> Numbers from an experiment at '
+                  'paper scale, computed on a date on a CPU at a commit in a few minutes.</p></div>')
+    bad = _page(tmp_path, "machinery", MACHINERY.replace("</h1>", "</h1>" + provenance)
+                + '<pre>' + "\n".join(["log line"] * 10) + '</pre>' + READ + FIGURE, png=png)
+    problems = _problems(bad, chromium, 1400)
+    assert len(problems) == 1 and problems[0].startswith(
+        "the first screen (1400 x 900) holds no prose: the first paragraph of running text shows its "
+        "first lines at "), problems
+    assert _problems(bad, chromium, 400) == []  # checked on a laptop's screen only
+    good = _page(tmp_path, "finding", '<h1>Chapter title</h1>' + READ + MACHINERY + FIGURE, png=png)
+    assert _problems(good, chromium, 1400) == []
+    short = _page(tmp_path, "short", '<h1>Title</h1><p>Short.</p><p>As Fig. 1.1 shows.</p>' + FIGURE, png=png)
+    assert _problems(short, chromium, 1400) == [
+        "the page has no paragraph of running text (a paragraph of at least 80 characters outside boxes, "
+        "code, figures and labelled notes)"]

