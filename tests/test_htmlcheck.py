@@ -278,11 +278,24 @@ def test_uncited_figures_and_tables_fail(tmp_path, chromium, png):
     assert _problems(_page(tmp_path, "cited", body, png=png), chromium) == []
 
 
+def test_table_numbered_by_chapter_is_a_caption_and_cited_by_chapter_number(tmp_path, chromium):
+    # "**Table 4.3.**" (the third table of chapter 4) is a caption; "Table 4", "Table 3", "Fig. 4.3" and
+    # the caption's own "Table 4.3" do not cite it, "Table 4.3" in the text does
+    caption = TABLE + '<p><strong>Table 4.3.</strong> Condition numbers, as Table 4.3 of the paper.</p>'
+    near = '<p>Table 4 and Table 3 of the paper, and Fig. 4.3, say otherwise.</p>'
+    problems = _problems(_page(tmp_path, "chapter-uncited", READ + near + caption), chromium)
+    assert problems == ["Table 4.3 is never cited in the text (cite it by number or with {numref})"], problems
+    cited = '<p>As Table 4.3 shows, the condition number grows with depth.</p>'
+    assert _problems(_page(tmp_path, "chapter-cited", READ + near + cited + caption), chromium) == []
+
+
 @pytest.mark.parametrize("text, cites", [
     ("see Fig. 3.2 and Figs. 3.7–3.10", {("Fig.", "3.2"), ("Fig.", "3.7"), ("Fig.", "3.8"), ("Fig.", "3.9"),
                                         ("Fig.", "3.10")}),
     ("Figure 1(b) and Tables 4 and 5", {("Fig.", "1"), ("Table", "4"), ("Table", "5")}),
     ("Table 12) and the Table of contents", {("Table", "12")}),
+    ("as Table 4.3 shows; Tables 4.4 and 4.5, then Table 4.10.", {("Table", "4.3"), ("Table", "4.4"),
+                                                                   ("Table", "4.5"), ("Table", "4.10")}),
 ])
 def test_cited_numbers(text, cites):
     assert htmlcheck.cited_numbers(text) == cites
