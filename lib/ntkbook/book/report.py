@@ -22,9 +22,10 @@ PNG_MIN_FONT_KEY, PNG_DPI_KEY = "ntkbook:min_font_pt", "ntkbook:dpi"
 def min_font_pt(fig) -> float:
     """Smallest font size (pt) of the text a reader sees on ``fig``: every visible, non-empty text
     artist (titles, labels, tick labels, legends, annotations, colorbar labels) on a visible axes;
-    ``inf`` if there is none."""
+    ``inf`` if there is none. Draws the figure first: tick labels get their text when drawn."""
     import matplotlib.text
 
+    fig.canvas.draw()
     sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
              if t.get_visible() and t.get_text().strip() and (t.axes is None or t.axes.get_visible())]
     return min(sizes, default=float("inf"))

@@ -48,7 +48,9 @@ def font_size_for(width: float) -> float:
 def min_font_pt(fig) -> float:
     """Smallest font size (pt) of the text a reader sees on ``fig``: every visible, non-empty text
     artist on a visible axes (or on the figure itself); ``inf`` if there is none. The same rule as
-    ``ntkbook.book.report.min_font_pt``, which writes it into the book's PNGs (checked by test)."""
+    ``ntkbook.book.report.min_font_pt``, which writes it into the book's PNGs (checked by test).
+    Draws the figure first: tick labels get their text when drawn."""
+    fig.canvas.draw()
     sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
              if t.get_visible() and t.get_text().strip() and (t.axes is None or t.axes.get_visible())]
     return min(sizes, default=float("inf"))
