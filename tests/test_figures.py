@@ -60,7 +60,7 @@ def test_show_renders_a_2x_png_with_its_smallest_font_and_dpi():
     per_metre, _, unit = struct.unpack(">IIB", png[i + 4:i + 13])
     assert unit == 1 and per_metre == round(report.FIGURE_DPI / 0.0254)
     width, height = _png_size(png)
-    assert (img.width, img.height) == (width // 2, height // 2)
+    assert img.width == width // 2 and img.height is None  # the height follows the width
     assert not plt.get_fignums(), "show() leaves the figure open"
 
 
@@ -74,7 +74,7 @@ def test_what_glue_stores_is_the_png_with_its_display_width():
     png = base64.b64decode(bundle["image/png"]) if isinstance(bundle["image/png"], str) else bundle["image/png"]
     assert png == img.data
     assert float(plotting.png_text(png)[report.PNG_MIN_FONT_KEY]) == 10.5
-    assert metadata["image/png"]["width"] == _png_size(png)[0] // 2
+    assert metadata["image/png"] == {"width": _png_size(png)[0] // 2}
 
 
 def test_min_font_rules_agree_and_displayed_size_follows_the_column():
@@ -304,6 +304,7 @@ def test_glued_figure_reaches_the_html_at_half_width_as_a_link(tmp_path):
     tag = m.group(0)
     width = _png_size(img.data)[0] // 2
     assert re.search(rf'width="{width}(px)?"|width:\s*{width}(\.0)?px', tag), tag
+    assert "height" not in tag, f"a fixed height squashes the image in a narrow column: {tag}"
     png = (tmp_path / "html" / m.group(2)).read_bytes()
     assert png == img.data
     assert float(plotting.png_text(png)[report.PNG_MIN_FONT_KEY]) == 10.5

@@ -33,7 +33,8 @@ def min_font_pt(fig) -> float:
 
 def show(fig):
     """The figure as the cell's output: rendered to a PNG at :data:`FIGURE_DPI` and displayed at
-    half its pixel width (a 2x image), then closed (so the inline backend does not draw it again).
+    half its pixel width (a 2x image: only the width is set, the height follows), then closed (so
+    the inline backend does not draw it again).
 
     The PNG carries two text entries, :data:`PNG_MIN_FONT_KEY` (:func:`min_font_pt`) and
     :data:`PNG_DPI_KEY`, from which the browser check computes the size of the smallest text as
@@ -48,7 +49,10 @@ def show(fig):
     fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight",
                 metadata={PNG_MIN_FONT_KEY: f"{min_font_pt(fig):g}", PNG_DPI_KEY: str(FIGURE_DPI)})
     plt.close(fig)
-    return Image(data=buf.getvalue(), format="png", retina=True)
+    png = buf.getvalue()
+    # half the pixel width (a 2x image) and no height, so that a narrower column scales the image
+    # down with its aspect ratio kept (a fixed height would squash it)
+    return Image(data=png, format="png", width=int.from_bytes(png[16:20], "big") // 2)
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]):
