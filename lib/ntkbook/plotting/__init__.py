@@ -2,7 +2,15 @@
 
 One submodule per topic (``plotting.modular``, ``plotting.attention``, ...); this module holds
 the shared style. Every function returns the :class:`matplotlib.figure.Figure` it drew, so a
-chapter shows it as the cell's output and a script can save it.
+chapter shows it as the cell's output (``ntkbook.book.report.show``) and a script can save it.
+
+Figures are laid out for a phone as well as a desktop: :data:`WIDTH` inches wide, shown at 100 CSS
+px per inch or scaled down to the text column (about 350 px on a phone), with fonts
+(:func:`font_size_for`) that keep every text at least :data:`MIN_FONT_PX` CSS px at either width
+(:func:`displayed_font_px`). That leaves room for about 38 characters' height across a figure:
+at most two panels side by side (:func:`panels`), legends below or in a free cell
+(:func:`legend_in`), short titles, and tick labels far enough apart not to overlap
+(:func:`log_ticks`).
 """
 
 from __future__ import annotations
