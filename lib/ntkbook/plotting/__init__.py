@@ -7,7 +7,7 @@ chapter shows it as the cell's output (``ntkbook.book.report.show``) and a scrip
 Figures are laid out for a phone as well as a desktop: :data:`WIDTH` inches wide, shown at 100 CSS
 px per inch or scaled down to the text column (about 350 px on a phone), with fonts
 (:func:`font_size_for`) that keep every text at least :data:`MIN_FONT_PX` CSS px at either width
-(:func:`displayed_font_px`). That leaves room for about 38 characters' height across a figure:
+(:func:`displayed_font_px`). A figure is then only about 38 font sizes wide, room for
 at most two panels side by side (:func:`panels`), legends below or in a free cell
 (:func:`legend_in`), short titles, and tick labels far enough apart not to overlap
 (:func:`log_ticks`).
