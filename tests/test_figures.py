@@ -1,7 +1,7 @@
 """The book's figures as a reader sees them: ``show`` renders a 2x PNG that carries its smallest
 font size and dpi; every figure of every chapter, drawn from the stored paper-scale results, keeps
 its text at 9 CSS px or more at a desktop's and at a phone's column width, with no overlapping
-tick labels; untrained models are marked; and a glued figure reaches the built HTML at half its
+texts; untrained models are marked; and a glued figure reaches the built HTML at half its
 pixel width, with its metadata, as a link to the full-size image."""
 
 from __future__ import annotations
@@ -201,38 +201,46 @@ def _chapter_figures(chapter: str) -> dict:
 CHAPTERS = ("intro", "entk_lanczos", "modular_mlp", "modular_transformer", "attention_width", "influence", "gemma")
 
 
-def _overlapping_tick_labels(fig) -> list[str]:
-    """Pairs of neighbouring tick labels of one axis whose drawn boxes overlap."""
+def _overlapping_texts(fig) -> list[str]:
+    """Pairs of texts a reader sees (titles, labels, tick labels within the axes' limits, legends,
+    annotations) whose drawn boxes overlap by more than a pixel each way."""
+    from matplotlib.text import Text
+
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    found = []
+    tick_labels, in_view = set(), set()
     for ax in fig.axes:
-        if not ax.get_visible():
-            continue
-        for axis in (ax.xaxis, ax.yaxis):
-            boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in axis.get_ticklabels()
-                     if t.get_visible() and t.get_text()]
-            lo, hi = (ax.get_xlim() if axis is ax.xaxis else ax.get_ylim())
-            boxes.sort(key=lambda tb: (tb[1].x0, tb[1].y0))
-            for (t1, b1), (t2, b2) in zip(boxes, boxes[1:]):
-                if b1.overlaps(b2) and b1.width > 0 and b2.width > 0:
-                    found.append(f"{t1!r} / {t2!r}")
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            lo, hi = min(limits), max(limits)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                for label in (tick.label1, tick.label2):
+                    tick_labels.add(id(label))
+                    if lo - 1e-9 * (hi - lo) <= tick.get_loc() <= hi + 1e-9 * (hi - lo):
+                        in_view.add(id(label))
+    texts = [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and (t.axes is None or t.axes.get_visible())
+             and (id(t) not in tick_labels or id(t) in in_view)]
+    found = []
+    for i, (t1, b1) in enumerate(texts):
+        for t2, b2 in texts[i + 1:]:
+            if min(b1.x1, b2.x1) - max(b1.x0, b2.x0) > 1 and min(b1.y1, b2.y1) - max(b1.y0, b2.y0) > 1:
+                found.append(f"{t1!r} / {t2!r}")
     return found
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_figure_reads_on_a_phone_and_on_a_desktop(chapter):
     """Each figure's smallest text is at least MIN_FONT_PX CSS px as displayed in a desktop's and
-    in a phone's column (computed from the PNG ``show`` renders), and no two tick labels of an axis
-    overlap."""
+    in a phone's column (computed from the PNG ``show`` renders), and no two of its texts overlap
+    (tick labels such as "256 10244096k16k", titles, legends, annotations)."""
     problems = {}
     for name, draw in _chapter_figures(chapter).items():
         fig = draw()
-        overlaps = _overlapping_tick_labels(fig)
+        overlaps = _overlapping_texts(fig)
         px = plotting.displayed_font_px(report.show(fig).data)
         small = {k: round(v, 1) for k, v in px.items() if v < plotting.MIN_FONT_PX}
         if small or overlaps:
-            problems[name] = {"px": small, "overlapping tick labels": overlaps}
+            problems[name] = {"px": small, "overlapping texts": overlaps}
     assert not problems, f"{chapter}: {problems}"
 
 

@@ -241,7 +241,7 @@ def plot_cone(result: Result):
             b.text(xi + (i - 0.5) * 0.38, f + 0.02, f"{f:.0%}", ha="center", rotation=90, va="bottom")
     b.set_xticks(x)
     b.set_xticklabels([result["tasks"][t].split(" ")[0].replace("-", "-\n") for t in tasks])
-    b.set_ylim(0, 1.35)
+    b.set_ylim(0, 1.5)
     b.set_yticks([0, 0.5, 1.0])
     b.set_ylabel("share cutting the data")
     b.set_title("(b) ReLU hyperplanes")

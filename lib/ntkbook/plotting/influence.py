@@ -189,8 +189,8 @@ def plot_landscape(result: Result, task_2d: str):
     for ax, model, letter in zip(axes[1:], ("relu", "attn"), "bc"):
         s = result[f"{task_2d}/{model}/slice2d"]
         g = np.linspace(-r, r, s.shape[0])
-        cs = ax.contour(g, g, s.T, levels=8, cmap="viridis")
-        ax.clabel(cs, fmt="%.2g")
+        cs = ax.contour(g, g, s.T, levels=6, cmap="viridis")
+        ax.clabel(cs, fmt="%.2g", inline_spacing=2)
         ax.plot(0, 0, "k+")
         ok = readout.trained(result, task_2d, model)
         ax.set_title(f"({letter}) {result['models'][model]}" + ("" if ok else " (not trained)"))

@@ -129,11 +129,11 @@ def plot_eigenvectors(result: Result, label: str = "final", seed: int = 0, n_per
             ax.imshow(img, cmap="RdBu_r", vmin=-m, vmax=m, origin="lower", interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"{name}, #{j + 1}")
+            ax.set_title(f"#{j + 1}")
             if c == 0:
-                ax.set_ylabel("a")
+                ax.set_ylabel(f"{name}\n$a$")
             if r == len(rows) - 1:
-                ax.set_xlabel("b")
+                ax.set_xlabel("$b$")
     return fig
 
 
