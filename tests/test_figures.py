@@ -11,7 +11,6 @@ import re
 import struct
 import subprocess
 import sys
-from pathlib import Path
 
 import matplotlib
 

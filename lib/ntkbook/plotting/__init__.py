@@ -21,15 +21,13 @@ import matplotlib
 import matplotlib.pyplot as plt
 import matplotlib.text
 
-__all__ = ["style", "new_figure", "font_size_for", "display_font_px", "displayed_font_px", "min_font_pt",
-           "png_text",
-           "DPI", "COLUMN_PX", "MIN_FONT_PX", "WIDTH", "PALETTE"]
+__all__ = ["style", "new_figure", "panels", "legend_in", "log_ticks", "compact_number", "font_size_for",
+           "display_font_px", "displayed_font_px", "min_font_pt", "png_text", "DPI", "COLUMN_PX", "MIN_FONT_PX",
+           "WIDTH", "TIGHT_MARGIN", "PALETTE"]
 
 #: resolution of the book's figure images: 2x the 100 CSS px per inch at which a page shows them
 #: (``ntkbook.book.report.show`` renders at this dpi; the two numbers are the same by test)
 DPI = 200
-#: CSS px per inch of a figure shown at its natural size (half its pixel width: a 2x image)
-CSS_PX_PER_INCH = DPI / 2
 #: width (CSS px) of the figure area of the text column at a 1400 px and at a 400 px window
 #: (sphinx-book-theme, measured in headless Chromium: 768 and 352; a little less here)
 COLUMN_PX = {"desktop": 760, "phone": 340}
@@ -161,12 +159,12 @@ def legend_in(spare_ax, fig, handles, labels, **kw):
     return fig.legend(handles, labels, loc="outside lower center", **kw)
 
 
-def log_ticks(axis, values, *, every: int = 1) -> None:
-    """Label a log ``axis`` (``ax.xaxis`` or ``ax.yaxis``) at ``values[::every]`` only (no minor
-    labels), written compactly (1024 as 1k, 16384 as 16k) so that neighbours never overlap."""
+def log_ticks(axis, values) -> None:
+    """Label a log ``axis`` (``ax.xaxis`` or ``ax.yaxis``) at ``values`` only (no minor labels),
+    written compactly (1024 as 1k, 16384 as 16k) so that neighbours overlap less."""
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
-    shown = [v for v in list(values)[::every]]
+    shown = list(values)
     axis.set_major_locator(FixedLocator(shown))
     axis.set_ticklabels([compact_number(v) for v in shown])
     axis.set_minor_locator(NullLocator())

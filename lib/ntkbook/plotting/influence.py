@@ -141,13 +141,11 @@ def plot_influence_scatter(result: Result, task: str, seed_index: int = 0):
         ax.set_title(result["models"][model] + ("" if ok else " (not trained)"))
         ax.tick_params(labelleft=True)
     axes[0].set_ylabel("after PGD / max |·|")
-    handles = [axes[0].collections[0], axes[0].collections[1]]
     from matplotlib.lines import Line2D
 
     marks = [Line2D([], [], ls="", marker="o", ms=4, color="0.6"),
              Line2D([], [], ls="", marker="o", ms=5, color=MODEL_COLOR["relu"]),
              Line2D([], [], ls="", marker="o", ms=5, color=MODEL_COLOR["attn"])]
-    del handles
     fig.legend(marks, ["all training points", "top 10 %, 2L-ReLU", "top 10 %, MLP-Attn"],
                loc="outside lower center", ncol=2)
     return fig
