@@ -11,13 +11,50 @@ from typing import Any, Iterable, Sequence
 __all__ = ["show", "typeset", "typeset_characters", "markdown_table", "MarkdownText", "preset_of", "device_label",
            "provenance_line", "about_these_numbers", "opening", "chapter_knobs", "run_this_chapter"]
 
-def show(fig):
-    """Close ``fig`` (so the inline backend does not draw it a second time) and return it, so
-    that it is displayed once as the cell's output."""
-    import matplotlib.pyplot as plt
+#: resolution (dots per inch) at which :func:`show` renders a figure: twice the 100 CSS px per inch at
+#: which the page shows it (a 2x, "retina" image, sharp on high-density screens and when opened
+#: full size). The plotting package sizes figures for it (``ntkbook.plotting.DPI``, the same number).
+FIGURE_DPI = 200
+#: PNG text keys :func:`show` writes: the smallest font size (pt) on the figure and the dpi; the
+#: browser check reads them to compute the displayed text size
+#: (``min_font_pt * dpi / 72 * displayed width / pixel width``, in CSS px)
+PNG_MIN_FONT_KEY, PNG_DPI_KEY = "ntkbook:min_font_pt", "ntkbook:dpi"
 
+
+def min_font_pt(fig) -> float:
+    """Smallest font size (pt) of the text a reader sees on ``fig``: every visible, non-empty text
+    artist (titles, labels, tick labels, legends, annotations, colorbar labels) on a visible axes;
+    ``inf`` if there is none. Draws the figure first: tick labels get their text when drawn."""
+    import matplotlib.text
+
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
+             if t.get_visible() and t.get_text().strip() and (t.axes is None or t.axes.get_visible())]
+    return min(sizes, default=float("inf"))
+
+
+def show(fig):
+    """The figure as the cell's output: rendered to a PNG at :data:`FIGURE_DPI` and displayed at
+    half its pixel width (a 2x image: only the width is set, the height follows), then closed (so
+    the inline backend does not draw it again).
+
+    The PNG carries two text entries, :data:`PNG_MIN_FONT_KEY` (:func:`min_font_pt`) and
+    :data:`PNG_DPI_KEY`, from which the browser check computes the size of the smallest text as
+    displayed. Returns an :class:`IPython.display.Image` (``glue(name, show(fig))`` stores it).
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight",
+                metadata={PNG_MIN_FONT_KEY: f"{min_font_pt(fig):g}", PNG_DPI_KEY: str(FIGURE_DPI)})
     plt.close(fig)
-    return fig
+    png = buf.getvalue()
+    # half the pixel width (a 2x image) and no height, so that a narrower column scales the image
+    # down with its aspect ratio kept (a fixed height would squash it)
+    return Image(data=png, format="png", width=int.from_bytes(png[16:20], "big") // 2)
 
 
 # Spans typeset() leaves alone: code spans (and roles such as {ref}`x <sec-y>`), display and

@@ -1,6 +1,6 @@
 """Figures of the linear-attention chapter (Paper A): Gram spectra, ridges, the input cone, NTK
 distances, kernel movement. Each function takes a :class:`~ntkbook.store.Result` and returns the
-Figure. Fonts follow the book's style (10 pt or more at a figure width of about 8 in)."""
+Figure, laid out for a phone's column as well as a desktop's (at most two panels side by side)."""
 
 from __future__ import annotations
 
@@ -8,24 +8,53 @@ import numpy as np
 
 from ntkbook.experiments import ntk_distance, ntk_distance_fullbatch
 from ntkbook.lazy.distance import MODELS, TRAINED_ACC, TRAINED_MSE
-from ntkbook.plotting import PALETTE, new_figure
+from ntkbook.plotting import PALETTE, WIDTH, legend_in, log_ticks, new_figure, panels
 from ntkbook.stats import mean_spread
 from ntkbook.store import Result
 
 MODEL_STYLE = {"relu": dict(color=PALETTE[0], marker="o"), "attn": dict(color=PALETTE[1], marker="s")}
 
 
-def _panel_grid(k: int, width: float = 8.0, height: float = 3.2, **kw):
-    """``k`` panels side by side (three or fewer) on a page-wide figure."""
-    fig, axes = new_figure(k, 1, width=width, height=height, **kw)
-    return fig, np.atleast_1d(axes)
+def _short_task(name: str) -> str:
+    """A task's display name short enough for a panel title on a phone."""
+    return (name.replace(" automobile vs airplane", " auto/plane").replace(" shirt vs T-shirt/top", " shirt/T-shirt")
+            .replace(" (JPEG q75 subset)", ""))
+
+
+def _spread_out(values, octaves: float = 3.0) -> list:
+    """Values of a log axis far enough apart to be labelled without overlap: from the smallest,
+    each at least ``octaves`` doublings above the previous one; the largest always, replacing the
+    previous label if it is less than half that far."""
+    vals = sorted(float(v) for v in values)
+    kept = [vals[0]]
+    for v in vals[1:]:
+        if np.log2(v / kept[-1]) >= octaves:
+            kept.append(v)
+    if kept[-1] != vals[-1]:
+        if np.log2(vals[-1] / kept[-1]) >= octaves / 2 or len(kept) == 1:
+            kept.append(vals[-1])
+        else:
+            kept[-1] = vals[-1]
+    return kept
+
+
+def _readable_log_y(ax) -> None:
+    """On a log y axis spanning less than two decades, label 1-2-5 steps too, so that there are
+    several labelled ticks."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = ax.get_ylim()
+    if lo > 0 and hi / lo < 100:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def plot_gram_spectra(result: Result):
     """Normalised eigenvalues of G, of G~ = G^3 (measured from the attention output and as the cube
     of G's), of G~ by a naive eigh, and of the row-normalised attention Gram, per data set."""
     names = result["datasets"]
-    fig, axes = _panel_grid(len(names), height=3.6, sharey=True)
+    fig, axes, spare = panels(len(names), row_height=2.8, spare=True, sharey=True)
     for ax, name in zip(axes, names):
         s = result["per_dataset"][name]
         lam = result[f"{name}/lam_G"]
@@ -41,11 +70,13 @@ def plot_gram_spectra(result: Result):
         kn = np.arange(1, naive.size + 1)
         ax.semilogy(kn, np.abs(naive) / naive[0], color="0.45", lw=1, ls=":", label=r"$|\lambda|$ of $\tilde G$ by eigh")
         ax.semilogy(k[:rh], lam_h[:rh] / lam_h[0], color=PALETTE[2], lw=1.2, label=r"$\hat G$ (row-normalised)")
-        ax.set_title(result["labels"][name].replace(" (JPEG q75 subset)", ""))
+        ax.set_title(_short_task(result["labels"][name]))
         ax.set_xlabel("index $k$")
-    axes[0].set_ylabel(r"$\lambda_k / \lambda_1$")
+        ax.tick_params(labelleft=True)
+    for ax in axes[::2]:
+        ax.set_ylabel(r"$\lambda_k / \lambda_1$")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    legend_in(spare, fig, handles, labels, ncol=1)
     return fig
 
 
@@ -54,7 +85,7 @@ def plot_ridge(result: Result):
     The legend sits below the panels, so it hides no curve."""
     names = result["datasets"]
     ridges = result["rel_ridges"]
-    fig, axes = _panel_grid(len(names), height=3.6, sharey=True)
+    fig, axes, spare = panels(len(names), row_height=2.8, spare=True, sharey=True)
     for ax, name in zip(axes, names):
         g, gt, gh = (result[f"{name}/{k}"] for k in ("ridge_G", "ridge_Gt", "ridge_Ghat"))
         ax.loglog(ridges, g**3, "-", lw=4, alpha=0.3, color="k", label=r"$\kappa(G + r\lambda_1 I)^3$")
@@ -62,24 +93,27 @@ def plot_ridge(result: Result):
         ax.loglog(ridges, gt, "s--", ms=5, mfc="none", color=PALETTE[1], label=r"$\kappa(\tilde G + r\tilde\lambda_1 I)$")
         ax.loglog(ridges, gh, "^:", ms=4, color=PALETTE[2], label=r"$\kappa(\hat G + r\hat\lambda_1 I)$")
         ax.loglog(ridges, 1 + 1 / ridges, "-", color="0.5", lw=1, label=r"$1 + 1/r$ (cap)")
-        ax.set_title(result["labels"][name].replace(" (JPEG q75 subset)", ""))
+        ax.set_title(_short_task(result["labels"][name]))
         ax.set_xlabel("relative ridge $r$")
-    axes[0].set_ylabel("condition number")
+        ax.tick_params(labelleft=True)
+    for ax in axes[::2]:
+        ax.set_ylabel("condition number")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    legend_in(spare, fig, handles, labels, ncol=1)
     return fig
 
 
 def _width_axis(ax, widths, ylog: bool = True):
-    from matplotlib.ticker import NullFormatter
+    """A log width axis labelled at widths far enough apart not to overlap (:func:`_spread_out`),
+    with a small unlabelled tick at every measured width; a log y axis with ``ylog``."""
+    from matplotlib.ticker import FixedLocator, NullFormatter
 
     ax.set_xscale("log")
     if ylog:
         ax.set_yscale("log")
         ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticks(list(widths))
-    ax.set_xticklabels([f"{int(w) // 1024}k" if w >= 8192 else str(int(w)) for w in widths])
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    log_ticks(ax.xaxis, _spread_out(widths))
+    ax.xaxis.set_minor_locator(FixedLocator([float(w) for w in widths]))
     ax.set_xlabel("width $m$")
 
 
@@ -87,7 +121,7 @@ def plot_ntk_distance(result: Result, key: str = "dist_test_T", *, relative: boo
     """GD line: ``||f_m - f_NTK||`` versus width, log-log, one panel per task, mean +- sample
     standard deviation over seeds, with a ``1/sqrt(m)`` reference line."""
     tasks = list(result.config["tasks"])
-    fig, axes = _panel_grid(len(tasks), height=3.4)
+    fig, axes, spare = panels(len(tasks), row_height=2.8, spare=True)
     for ax, task in zip(axes, tasks):
         for model in result.config["models"]:
             widths, v = ntk_distance.point_values(result, task, model, key)
@@ -97,13 +131,14 @@ def plot_ntk_distance(result: Result, key: str = "dist_test_T", *, relative: boo
             ax.errorbar(widths, mu, yerr=sd, capsize=3, lw=1.3, ms=4, label=result["models"][model],
                         **MODEL_STYLE[model])
             ax.plot(widths, mu[0] * np.sqrt(widths[0] / widths), ls=":", lw=1, color=MODEL_STYLE[model]["color"])
-        _width_axis(ax, widths)
-        ax.set_title(result["tasks"][task].replace(" automobile vs airplane", " auto/plane")
-                     .replace(" shirt vs T-shirt/top", " shirt/T-shirt"))
-    axes[0].set_ylabel(ylabel or (r"distance / RMS$(f_{NTK})$" if relative else r"$\|f_m - f_{NTK}\|$ (RMS)"))
-    axes[0].plot([], [], "k:", lw=1, label=r"$\propto 1/\sqrt{m}$")
+        _width_axis(ax, result["widths"])
+        _readable_log_y(ax)
+        ax.set_title(_short_task(result["tasks"][task]))
+    for ax in axes[::2]:
+        ax.set_ylabel(ylabel or (r"distance / RMS$(f_{NTK})$" if relative else r"$\|f_m - f_{NTK}\|$ (RMS)"))
+    axes[0].plot([], [], "k:", lw=1, label=r"$\propto 1/\sqrt{m}$ from $m = 16$")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    legend_in(spare, fig, handles, labels, ncol=1)
     return fig
 
 
@@ -114,7 +149,7 @@ def plot_adam_distance(result: Result, rule: str = "constant"):
     accuracy, :func:`ntkbook.lazy.distance.trained`). Error bars: sample standard deviation over
     seeds."""
     tasks = list(result.config["adam_tasks"])
-    fig, axes = new_figure(len(tasks), 2, width=8.0, height=6.0, sharex="col")
+    fig, axes = new_figure(len(tasks), 2, height=5.6, sharex="col")
     axes = np.asarray(axes).reshape(2, len(tasks))
     for j, task in enumerate(tasks):
         top, bot = axes[0, j], axes[1, j]
@@ -136,16 +171,19 @@ def plot_adam_distance(result: Result, rule: str = "constant"):
             bot.plot(widths[ok], mse.mean(axis=1)[ok], ls="none", ms=6, **st)
             bot.plot(widths[~ok], mse.mean(axis=1)[~ok], ls="none", ms=6, mfc="white", **st)
         bot.axhline(TRAINED_MSE, color="0.4", ls=":", lw=1)
-        bot.text(widths[0], TRAINED_MSE * 1.05, "MSE criterion", fontsize=10, color="0.3", va="bottom")
         top.set_yscale("symlog", linthresh=1e-3)
         top.set_ylim(bottom=0)
-        top.set_title(result["tasks"][task].replace(" automobile vs airplane", " auto/plane"))
+        top.set_title(_short_task(result["tasks"][task]))
         _width_axis(bot, widths, ylog=False)
         bot.set_ylim(0, 1.1)
     axes[0, 0].set_ylabel("distance (RMS over test)")
     axes[1, 0].set_ylabel("training MSE")
+    from matplotlib.lines import Line2D
+
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2)
+    handles += [Line2D([], [], ls="none", marker="o", mfc="white", color="0.3"), Line2D([], [], ls=":", color="0.4")]
+    labels += ["hollow marker: did not train", "training-MSE criterion"]
+    fig.legend(handles, labels, loc="outside lower center", ncol=1)
     return fig
 
 
@@ -154,23 +192,25 @@ def plot_lr_scaling(result: Result):
     (dashed), per task; mean +- sample standard deviation over seeds."""
     tasks = [t for t in result.config["adam_tasks"] if t in result.config["scaled_lr_tasks"]]
     rules = list(result.config["lr_rules"])
-    fig, axes = _panel_grid(len(tasks), width=4.5 * len(tasks) if len(tasks) < 2 else 8.0, height=3.6)
+    fig, axes, _ = panels(len(tasks), width=4.2 if len(tasks) < 2 else WIDTH, row_height=3.0)
     for ax, task in zip(axes, tasks):
+        drawn = set()
         for model in result.config["models"]:
             st = MODEL_STYLE[model]
             for rule, ls, mfc in zip(rules, ("-", "--"), (st["color"], "white")):
                 widths, d = ntk_distance.point_values(result, task, model, "dist_net_lin", line="adam", rule=rule)
+                drawn.update(int(w) for w in widths)
                 mu, sd = mean_spread(d, axis=1)
                 ax.errorbar(widths, mu, yerr=sd, ls=ls, capsize=3, lw=1.3, ms=5,
                             mfc=mfc, color=st["color"], marker=st["marker"],
                             label=f"{result['models'][model]}, {result['lr_rules'][rule]}")
         ax.set_yscale("symlog", linthresh=1e-3)
         ax.set_ylim(bottom=0)
-        _width_axis(ax, widths, ylog=False)
-        ax.set_title(result["tasks"][task].replace(" automobile vs airplane", " auto/plane"))
+        _width_axis(ax, sorted(drawn), ylog=False)
+        ax.set_title(_short_task(result["tasks"][task]))
     axes[0].set_ylabel("net vs own linearisation")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2)
+    fig.legend(handles, labels, loc="outside lower center", ncol=1)
     return fig
 
 
@@ -180,7 +220,7 @@ def plot_cone(result: Result):
     ReLU hyperplanes that cut the data, and the expected number of independent neurons that do at
     the smallest and largest Adam width."""
     tasks = list(result.config["tasks"])
-    fig, (a, b) = new_figure(2, 1, width=8.0, height=3.6)
+    fig, (a, b) = new_figure(2, 1, height=3.2)
     q = np.linspace(0, 1, 101)
     styles = ("-", "--", ":")
     for task, ls in zip(tasks, styles):
@@ -191,21 +231,20 @@ def plot_cone(result: Result):
     a.set_xscale("log")
     a.set_xlabel("pairwise angle (rad)")
     a.set_ylabel("fraction of pairs below")
-    a.set_title("(a) angles between inputs")
-    a.legend(fontsize=9, loc="upper left")
+    a.set_title("(a) input angles")
+    fig.legend(*a.get_legend_handles_labels(), loc="outside lower center", ncol=2)
     x = np.arange(len(tasks))
     for i, model in enumerate(result.config["models"]):
         frac = [result["table"][f"{t}/{model}"]["cone"]["cut_fraction"] for t in tasks]
         b.bar(x + (i - 0.5) * 0.38, frac, width=0.38, color=MODEL_STYLE[model]["color"], label=result["models"][model])
         for xi, f in zip(x, frac):
-            b.text(xi + (i - 0.5) * 0.38, f + 0.02, f"{f:.0%}", ha="center", fontsize=10)
+            b.text(xi + (i - 0.5) * 0.38, f + 0.02, f"{f:.0%}", ha="center", rotation=90, va="bottom")
     b.set_xticks(x)
-    b.set_xticklabels([result["tasks"][t].split(" ")[0] for t in tasks])
-    b.set_ylim(0, 1.4)
-    b.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
-    b.set_ylabel("hyperplanes that cut the data")
-    b.set_title("(b) random ReLU hyperplanes")
-    b.legend(loc="upper center", ncol=2)
+    b.set_xticklabels([result["tasks"][t].split(" ")[0].replace("-", "-\n") for t in tasks])
+    b.set_ylim(0, 1.5)
+    b.set_yticks([0, 0.5, 1.0])
+    b.set_ylabel("share cutting the data")
+    b.set_title("(b) ReLU hyperplanes")
     return fig
 
 
@@ -215,7 +254,7 @@ def plot_kernel_movement(result: Result):
     which the kernel did not move at all (no activation pattern changed) cannot be drawn on a log
     axis and are left out."""
     tasks = list(result.config["tasks"])
-    fig, axes = _panel_grid(len(tasks), height=3.4, sharey=True)
+    fig, axes, spare = panels(len(tasks), row_height=2.8, spare=True, sharey=True)
     for ax, task in zip(axes, tasks):
         for model in result.config["models"]:
             st = MODEL_STYLE[model]
@@ -232,19 +271,23 @@ def plot_kernel_movement(result: Result):
         ax.loglog(all_w, 1.0 / np.sqrt(all_w), "k:", lw=1, label=r"$1/\sqrt{m}$")
         _width_axis(ax, all_w)
         ax.set_title(result["tasks"][task].split(" ")[0])
-    axes[0].set_ylabel(r"$\|K_T - K_0\|_F / \|K_0\|_F$")
+        ax.tick_params(labelleft=True)
+    for ax in axes[::2]:
+        ax.set_ylabel(r"$\|K_T - K_0\|_F / \|K_0\|_F$")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    legend_in(spare, fig, handles, labels, ncol=1)
     return fig
 
 
 def plot_distance_vs_time(result: Result, task: str):
-    """Relative distance to the NTK predictor along GD training, one line per width, both models."""
+    """Relative distance to the NTK predictor along GD training, one line per width, both models;
+    a width has the same colour in both panels, and the legend lists every width drawn in either."""
     widths = np.asarray(result["widths"])
     steps = np.asarray(result["snapshots"])
     models = list(result.config["models"])
-    fig, axes = _panel_grid(len(models), height=3.4, sharey=True)
+    fig, axes, _ = panels(len(models), row_height=3.0, sharey=True)
     cmap = __import__("matplotlib").colormaps["viridis"]
+    legend = {}
     for ax, model in zip(axes, models):
         rms = result[f"{task}/{model}/ntk_rms"][:-1]
         for i, m in enumerate(widths):
@@ -252,12 +295,17 @@ def plot_distance_vs_time(result: Result, task: str):
                 continue  # this width was run for the other model only
             d = result[f"{task}/{model}/m={m}/dist_test"].mean(axis=0)
             ok = (steps > 0) & (rms > 0)
-            ax.loglog(steps[ok], d[ok] / rms[ok], "o-", ms=3, color=cmap(i / max(len(widths) - 1, 1)), label=f"m = {m}")
+            (line,) = ax.loglog(steps[ok], d[ok] / rms[ok], "o-", ms=3, color=cmap(0.85 * i / max(len(widths) - 1, 1)))
+            legend.setdefault(int(m), line)
         ax.set_title(f"{result['models'][model]}, {result['tasks'][task].split(' ')[0]}")
         ax.set_xlabel("GD step $k$")
+        ax.tick_params(labelleft=True)
+    for ax in axes:
+        _readable_log_y(ax)
     axes[0].set_ylabel(r"distance / RMS$(f_{NTK})$")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right center")
+    order = sorted(legend)
+    fig.legend([legend[m] for m in order], [f"$m$ = {m}" for m in order], loc="outside lower center",
+               ncol=4, columnspacing=1.0, handlelength=1.5)
     return fig
 
 
@@ -268,7 +316,7 @@ def plot_fullbatch_distance(result: Result, paper_recipe: Result | None = None):
     ``paper_recipe``, the ``ntk_distance`` result, the same quantity under the paper's mini-batch
     recipe as thin dotted lines); right, the networks' training MSE with the "trained" threshold.
     Hollow markers: networks that did not train."""
-    fig, (left, right) = new_figure(2, 1, width=8.0, height=3.4)
+    fig, (left, right) = new_figure(2, 1, height=3.2)
     models = result.config["models"]
     d = ntk_distance_fullbatch.table(result, "dist_net_lin")
     mse = ntk_distance_fullbatch.table(result, "train_mse_net")
@@ -291,11 +339,16 @@ def plot_fullbatch_distance(result: Result, paper_recipe: Result | None = None):
         right.plot(ws[ok], e[ok], ls="none", ms=6, **st)
         right.plot(ws[~ok], e[~ok], ls="none", ms=6, mfc="white", **st)
     right.axhline(TRAINED_MSE, color="0.4", ls=":", lw=1)
-    right.text(ws[0], TRAINED_MSE * 1.05, "MSE criterion", fontsize=10, color="0.3", va="bottom")
     _width_axis(left, ws)
+    _readable_log_y(left)
     _width_axis(right, ws, ylog=False)
     right.set_ylim(0, 1.1)
-    left.set_ylabel("net vs own linearisation (RMS)")
+    left.set_ylabel("net vs own linearisation")
     right.set_ylabel("training MSE")
-    left.legend(fontsize=9)
+    from matplotlib.lines import Line2D
+
+    handles, labels = left.get_legend_handles_labels()
+    handles += [Line2D([], [], ls="none", marker="o", mfc="white", color="0.3"), Line2D([], [], ls=":", color="0.4")]
+    labels += ["hollow marker: did not train", "training-MSE criterion"]
+    fig.legend(handles, labels, loc="outside lower center", ncol=1)
     return fig

@@ -15,7 +15,7 @@ def plot_entk_convergence(result: Result):
     """Two panels: (a) relative Frobenius error of the eNTK against the width, log-log, per seed and
     averaged, with the closed-form expected error of ``K_W`` (a ``1/sqrt(m)`` line); (b) entries of
     ``K_W`` at the smallest and largest width against the analytic ``Θ_W``."""
-    fig, (ax1, ax2) = new_figure(2, width=10.0, height=3.8)
+    fig, (ax1, ax2) = new_figure(2, height=3.9)
     m = result["widths"]
     for key, label, color in (("err_W", r"$K_W$ (first layer)", PALETTE[0]),
                               ("err_all", r"$K_W + K_a$ (both layers)", PALETTE[1])):
@@ -24,19 +24,17 @@ def plot_entk_convergence(result: Result):
             ax1.loglog(m, err[:, s], ".", color=color, alpha=0.35, ms=4)
         slope = result["slope_W" if key == "err_W" else "slope_all"]
         ax1.loglog(m, err.mean(axis=1), "o-", color=color, ms=4,
-                   label=f"{label}, fitted slope {slope:.2f}")
+                   label=f"{label}, slope {slope:.2f}".replace("-", "\u2212"))
     ax1.loglog(m, result["predicted_W"], "k--", lw=1,
-               label=r"expected error of $K_W$ $\propto 1/\sqrt{m}$")
+               label=r"expected error of $K_W$, $\propto 1/\sqrt{m}$")
     ax1.set_xscale("log", base=2)
-    ax1.set_xticks(m[::2] if m.size > 6 else m)
-    ax1.set_xticklabels([f"$2^{{{int(round(np.log2(w)))}}}$" for w in (m[::2] if m.size > 6 else m)])
+    shown = m[::3] if m.size > 6 else m[::2] if m.size > 3 else m
+    ax1.set_xticks(shown)
+    ax1.set_xticklabels([f"$2^{{{int(round(np.log2(w)))}}}$" for w in shown])
     ax1.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax1.set_xlabel("width $m$")
     ax1.set_ylabel(r"$\|K_m - \Theta_\infty\|_F \,/\, \|\Theta_\infty\|_F$")
-    ax1.set_title("(a) distance to the infinite-width NTK")
-    lowest = min(float(np.min(result["err_W"])), float(np.min(result["err_all"])))
-    ax1.set_ylim(bottom=lowest / 12)  # room for the legend below the curves
-    ax1.legend(loc="lower left")
+    ax1.set_title("(a) distance to $\\Theta_\\infty$")
 
     theta = result["theta_W"]
     off = ~np.eye(theta.shape[0], dtype=bool)
@@ -48,8 +46,9 @@ def plot_entk_convergence(result: Result):
     ax2.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax2.set_xlabel(r"analytic $\Theta_W(x_i, x_j)$")
     ax2.set_ylabel(r"empirical $K_W(x_i, x_j)$")
-    ax2.set_title(r"(b) entries, $i \neq j$, one seed")
-    ax2.legend(markerscale=4, loc="upper left")
+    ax2.set_title(r"(b) entries $i \neq j$, one seed")
+    ax2.legend(markerscale=4, loc="upper left", handletextpad=0.1, borderaxespad=0.2)
+    fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=1)
     return fig
 
 
@@ -61,14 +60,14 @@ def plot_lanczos_ghosts(result: Result, *, n_lines: int | None = None):
 
     Every curve is in a legend: one above panels (a) and (b) for the ``n_lines`` Ritz values, one
     below (c) and (d) for the four runs, both outside the axes so that they hide nothing."""
-    fig, axes = new_figure(2, 2, width=10.0, height=8.0)
+    fig, axes = new_figure(2, 2, height=7.2, sharex="row")
     (ax1, ax2), (ax3, ax4) = axes
     exact = result[KEYS["synthetic"]["exact"]]
     n_top = int(result.config["n_top"])
     n_lines = n_lines or n_top
     colors = [PALETTE[i % 6] for i in range(n_lines)]
-    for ax, label, title in ((ax1, "plain", "(a) plain three-term recurrence"),
-                             (ax2, "reorth", "(b) full re-orthogonalisation")):
+    for ax, label, title in ((ax1, "plain", "(a) plain recurrence"),
+                             (ax2, "reorth", "(b) re-orthogonalised")):
         hist = result[KEYS["synthetic"][f"{label}_ritz"]]
         steps = np.arange(1, hist.shape[0] + 1)
         for lam in exact[:n_top]:
@@ -78,10 +77,13 @@ def plot_lanczos_ghosts(result: Result, *, n_lines: int | None = None):
                     label=rf"$\theta_{{{i + 1}}}$" if ax is ax1 else None)
         ax.set_yscale("log")
         ax.set_ylim(0.5 * exact[n_top - 1], 1.5 * exact[0])
-        ax.set_xlabel("Lanczos step $s$ (= number of products)")
-        ax.set_ylabel(rf"$i$-th largest Ritz value, $i \leq {n_lines}$")
+        ax.set_xlabel("Lanczos step $s$")
         ax.set_title(title)
-    fig.legend(loc="outside upper center", ncol=n_lines, title="i-th largest Ritz value (exact eigenvalues dashed grey)")
+    ax1.set_ylabel(rf"$i$-th largest Ritz value $\theta_i$")
+    ax2.tick_params(labelleft=False)
+    ax2.sharey(ax1)
+    fig.legend(loc="outside upper center", ncol=min(n_lines, 5), columnspacing=1.0, handlelength=1.5,
+               title="Ritz values $\\theta_i$ (exact eigenvalues: grey dashed)")
 
     styles = {"synthetic": "-", "entk": ":"}
     names = {"synthetic": "synthetic", "entk": "eNTK (MNIST)"}
@@ -95,10 +97,10 @@ def plot_lanczos_ghosts(result: Result, *, n_lines: int | None = None):
                          lw=1.5)
     ax3.set_xlabel("Lanczos step $s$")
     ax3.set_ylabel(r"$\max_{i < s}\, |q_s^\top q_i|$")
-    ax3.set_title("(c) loss of orthogonality")
-    fig.legend(*ax3.get_legend_handles_labels(), loc="outside lower center", ncol=2)
+    ax3.set_title("(c) orthogonality lost")
+    fig.legend(*ax3.get_legend_handles_labels(), loc="outside lower center", ncol=1)
     k = int(result.config["k"])
-    ax4.set_xlabel("number of matrix-vector products")
+    ax4.set_xlabel("products")
     ax4.set_ylabel(rf"$\max_{{i \leq {k}}} |\theta_i - \lambda_i| / \lambda_1$")
-    ax4.set_title(f"(d) error of the top {k} eigenvalues")
+    ax4.set_title(f"(d) error, top {k}")
     return fig

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ntkbook.experiments.gemma_features import SUMMARY_KEYS, point_key
+from ntkbook.plotting import new_figure
 
 __all__ = ["plot_spectrum", "plot_tasks", "plot_mode_scatter", "plot_layer_sweep", "CLASS_COLORS"]
 
@@ -12,45 +13,33 @@ CLASS_COLORS = {"PUNCT": "#4c72b0", "PRON": "#dd8452", "PROPN": "#55a868", "DET"
                 "ADV": "#8172b3", "CCONJ": "#937860", "NOUN": "#da8bc3", "VERB": "#8c8c8c"}
 
 
-def _style(ax):
-    ax.tick_params(labelsize=10)
-    ax.grid(alpha=0.3)
-
-
 def plot_spectrum(result, layer: int = 16, param_set: str = "down_proj"):
     """(a) top eNTK eigenvalues / lambda_1 with Ritz residual estimates; (b) PCA variance shares."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     lam = np.asarray(result[point_key(layer, param_set, "eigenvalues")])
     res = np.asarray(result[point_key(layer, param_set, "ritz_residuals")])
     var = np.asarray(result[point_key(layer, param_set, "pca_variance")])
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    fig, axes = new_figure(2, height=3.3)
     i = np.arange(1, len(lam) + 1)
     axes[0].semilogy(i, lam / lam[0], "o-", ms=4, label=r"$\lambda_i/\lambda_1$")
     axes[0].semilogy(i, np.maximum(res / lam[0], 1e-17), "x", ms=5, color="C3",
                      label=r"Ritz residual $/\lambda_1$")
-    axes[0].set_xlabel("mode i", fontsize=11)
-    axes[0].set_title(f"(a) eNTK spectrum, layer {layer} ({param_set})", fontsize=11)
-    axes[0].legend(fontsize=10, loc="lower left")
+    axes[0].set_xlabel("mode $i$")
+    axes[0].set_title(f"(a) eNTK, layer {layer}")
     axes[1].bar(np.arange(1, len(var) + 1), var, color="C2")
-    axes[1].set_xlabel("principal component", fontsize=11)
-    axes[1].set_ylabel("share of variance", fontsize=11)
-    axes[1].set_title(f"(b) PCA of block {layer}'s output", fontsize=11)
-    for ax in axes:
-        _style(ax)
-    fig.tight_layout()
+    axes[1].set_xlabel("component")
+    axes[1].set_ylabel("share of variance")
+    axes[1].set_title(f"(b) PCA, block {layer}")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
     return fig
 
 
 def plot_tasks(rows: list[dict], title: str, metric: str = "auroc"):
     """Test ``metric`` of the chosen eNTK mode and PCA component for each task (grouped bars)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     names = [r["task"] for r in rows]
     e = [r[f"entk_{metric}"] for r in rows]
     p = [r[f"pca_{metric}"] for r in rows]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6.5, 0.75 * len(rows) + 2), 3.8))
+    fig, ax = new_figure(1, height=3.4)
     ax.bar(x - 0.2, e, 0.4, label="eNTK mode", color="C0")
     ax.bar(x + 0.2, p, 0.4, label="PCA component", color="C1")
     if metric == "auroc":
@@ -58,38 +47,32 @@ def plot_tasks(rows: list[dict], title: str, metric: str = "auroc"):
     else:
         base = [r["entk_base_rate"] for r in rows]
         ax.scatter(x, base, marker="_", s=300, color="k", zorder=3, label="chance (base rate)")
-    ax.set_xticks(x, names, rotation=30 if len(rows) > 8 else 0, ha="right" if len(rows) > 8 else "center",
-                  fontsize=10)
+    ax.set_xticks(x, names, rotation=90)
     ax.set_ylim(0, 1.05)
-    ax.set_ylabel(f"test {metric.upper()}", fontsize=11)
-    ax.set_title(title, fontsize=11)
-    ax.legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    _style(ax)
-    fig.tight_layout()
+    ax.set_ylabel(f"test {metric.upper()}")
+    ax.set_title(title)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3 if metric == "auroc" else 2)
     return fig
 
 
 def plot_mode_scatter(result, layer: int = 16, param_set: str = "down_proj", modes=(0, 1), pcs=(0, 1)):
     """Contexts in the plane of two eNTK modes (left) and two principal components (right), by class
     (``modes`` and ``pcs``: zero-based indices)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     labels = np.asarray(result["labels"])
     classes = result["classes"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, axes = new_figure(2, height=3.3)
     for ax, key, name, ij in ((axes[0], "entk_scores", "eNTK mode", modes), (axes[1], "pca_scores", "PC", pcs)):
         sc = np.asarray(result[point_key(layer, param_set, key)])
         for c, cname in enumerate(classes):
             m = labels == c
             ax.scatter(sc[ij[0], m], sc[ij[1], m], s=14, alpha=0.75, color=CLASS_COLORS.get(cname),
                        label=cname)
-        ax.set_xlabel(f"{name} {ij[0] + 1}", fontsize=11)
-        ax.set_ylabel(f"{name} {ij[1] + 1}", fontsize=11)
-        _style(ax)
-    axes[0].set_title("(a) eNTK mode scores", fontsize=11)
-    axes[1].set_title("(b) PCA scores", fontsize=11)
-    axes[1].legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
+        ax.set_xlabel(f"{name} {ij[0] + 1}")
+        ax.set_ylabel(f"{name} {ij[1] + 1}")
+    axes[0].set_title("(a) eNTK mode scores")
+    axes[1].set_title("(b) PCA scores")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4, markerscale=1.5,
+               columnspacing=1.0, handletextpad=0.2)
     return fig
 
 
@@ -97,11 +80,9 @@ def plot_layer_sweep(points: list[dict], metric: str = "auroc"):
     """Macro ``metric`` over the parts of speech by layer, eNTK (down_proj) vs PCA, and the eNTK of
     the whole layer where computed.  ``points``: summary rows of ``gemma_features`` results
     (``result["points"]``, possibly of several results)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     pts = sorted((p for p in points if p["param_set"] == "down_proj"), key=lambda p: p["layer"])
     whole = sorted((p for p in points if p["param_set"] == "layer"), key=lambda p: p["layer"])
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    fig, ax = new_figure(1, width=4.6, height=3.2)
     L = [p["layer"] for p in pts]
     entk_key, pca_key = SUMMARY_KEYS["pos"][f"entk_{metric}"], SUMMARY_KEYS["pos"][f"pca_{metric}"]
     ax.plot(L, [p[entk_key] for p in pts], "o-", label="eNTK (down_proj)")
@@ -109,10 +90,9 @@ def plot_layer_sweep(points: list[dict], metric: str = "auroc"):
     if whole:
         ax.plot([p["layer"] for p in whole], [p[entk_key] for p in whole], "*", ms=12,
                 label="eNTK (whole layer)")
-    ax.set_xlabel("layer", fontsize=11)
+    ax.set_xlabel("layer")
     ax.set_xticks(sorted({p["layer"] for p in points}))
-    ax.set_ylabel(f"macro {metric.upper()} (parts of speech)", fontsize=11)
-    ax.legend(fontsize=10)
-    _style(ax)
-    fig.tight_layout()
+    ax.set_ylabel(f"macro {metric.upper()}")
+    ax.set_title("parts of speech, by layer")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2)
     return fig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ntkbook.experiments.modular_mlp import EIGVEC_KEYS
-from ntkbook.plotting import PALETTE, new_figure
+from ntkbook.plotting import PALETTE, legend_in, new_figure, panels
 from ntkbook.store import Result
 
 __all__ = [
@@ -37,7 +37,7 @@ def _shade_window(ax, result: Result, label: bool = True):
 
 def plot_grokking(result: Result):
     """Train/test accuracy and loss versus epoch (each seed thin, mean bold), window shaded."""
-    fig, (ax1, ax2) = new_figure(2, width=9.0, height=3.6)
+    fig, (ax1, ax2) = new_figure(2, height=3.4)
     ep = result["epochs"]
     for ax, keys, ylabel in ((ax1, ("train_acc", "test_acc"), "accuracy"),
                              (ax2, ("train_loss", "test_loss"), "MSE loss")):
@@ -53,8 +53,8 @@ def plot_grokking(result: Result):
     if np.isfinite(mem):
         ax1.axvline(mem, color="k", ls=":", lw=1, label="train acc. 99%")
     ax2.set_yscale("log")
-    fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=4)
-    ax1.set_title("accuracy (chance 1/p)")
+    fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=2)
+    ax1.set_title("accuracy (chance $1/p$)")
     ax2.set_title("loss")
     return fig
 
@@ -73,8 +73,7 @@ def plot_spectra(result: Result, seed: int = 0, labels=("init", "memorisation", 
     snaps = list(result["snapshot_epochs"])
     epochs = result["eigvec_epochs"]
     labels = [l for l in labels if l in epochs]
-    fig, axes = new_figure(len(labels), width=3.3 * len(labels), height=3.9, sharey=False)
-    axes = np.atleast_1d(axes)
+    fig, axes, spare = panels(len(labels), row_height=3.0, spare=True)
     d1 = int(result["first_cliff_theory"])
     n_all = len(result["eigenvalues"][seed, 0]) - 1
     for ax, label in zip(axes, labels):
@@ -93,10 +92,13 @@ def plot_spectra(result: Result, seed: int = 0, labels=("init", "memorisation", 
             ax.axvline(k * d1 + 0.5, color="k", ls=":", lw=1,
                        label=r"$4\lfloor p/2\rfloor$, $8\lfloor p/2\rfloor$" if k == 1 else None)
         test = result["test_acc"][seed][list(result["epochs"]).index(epochs[label])]
-        ax.set_title(f"{label}\nepoch {epochs[label]}, test acc. {test:.0%}")
-        ax.set_xlabel("rank (constant mode at 0)")
-    axes[0].set_ylabel("eigenvalue of the class-mean eNTK")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4)
+        ax.set_title(f"{label}, epoch {epochs[label]}\ntest accuracy {test:.0%}")
+        ax.set_xlabel("rank")
+    for ax in axes[::2]:
+        ax.set_ylabel("eigenvalue")
+    handles, names = axes[0].get_legend_handles_labels()
+    names = [n.replace("constant mode", "constant mode (rank 0)") for n in names]
+    legend_in(spare, fig, handles, names, ncol=1)
     return fig
 
 
@@ -113,8 +115,7 @@ def plot_eigenvectors(result: Result, label: str = "final", seed: int = 0, n_per
     d1 = int(result["first_cliff_theory"])
     starts = [0, sizes[0] if sizes[0] > 0 else d1]  # fall back to the theory window
     rows = [("cliff 1", starts[0]), ("cliff 2" if sizes[1] > 0 else "window 2", starts[1])]
-    fig, axes = new_figure(n_per_cliff, len(rows), width=1.75 * n_per_cliff, height=1.9 * len(rows))
-    axes = np.atleast_2d(axes)
+    fig, axes = new_figure(n_per_cliff, len(rows), height=1.8 * len(rows), squeeze=False)
     for r, (name, start) in enumerate(rows):
         for c in range(n_per_cliff):
             ax = axes[r, c]
@@ -128,17 +129,17 @@ def plot_eigenvectors(result: Result, label: str = "final", seed: int = 0, n_per
             ax.imshow(img, cmap="RdBu_r", vmin=-m, vmax=m, origin="lower", interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_title(f"{name}, #{j + 1}")
+            ax.set_title(f"#{j + 1}")
             if c == 0:
-                ax.set_ylabel("a")
+                ax.set_ylabel(f"{name}\n$a$")
             if r == len(rows) - 1:
-                ax.set_xlabel("b")
+                ax.set_xlabel("$b$")
     return fig
 
 
 def plot_dynamics(result: Result, window: str = "window2"):
     """Second-window overlaps with sum/diff features vs epoch, their derivative, and cliff sizes."""
-    fig, (ax1, ax2, ax3) = new_figure(3, width=10.0, height=4.0)
+    fig, (ax1, ax2, ax3), spare = panels(3, row_height=2.9, spare=True)
     names = result["overlap_names"]
     ep = np.asarray(result["snapshot_epochs"], dtype=float)
     ov = result["overlaps"]
@@ -154,7 +155,7 @@ def plot_dynamics(result: Result, window: str = "window2"):
         ax1.plot(ep, v.mean(axis=0), "o-", ms=2.5, color=color, lw=1.6, label=lab)
     ax1.set_ylim(-0.02, 1.02)
     ax1.set_xlabel("epoch")
-    ax1.set_ylabel("overlap / feature dimension")
+    ax1.set_ylabel("overlap / dimension")
     ax1.set_title("(a) alignment")
     v = ov[:, :, names.index(f"{window}:sum")]
     d = np.gradient(v, ep, axis=1) if len(ep) > 2 else np.diff(v, axis=1, prepend=v[:, :1])
@@ -164,7 +165,7 @@ def plot_dynamics(result: Result, window: str = "window2"):
         ax2.plot(ep[k], row[k], "v", color=PALETTE[1], ms=6, label="peak" if s == 0 else None)
     ax2.set_xlabel("epoch")
     ax2.set_ylabel("d(overlap)/d(epoch)")
-    ax2.set_title("(b) rate, sum features")
+    ax2.set_title("(b) its rate (sum)")
     sizes = result["cliff_sizes"]
     d1 = int(result["first_cliff_theory"])
     for k, color in ((0, PALETTE[2]), (1, PALETTE[0])):
@@ -173,7 +174,7 @@ def plot_dynamics(result: Result, window: str = "window2"):
                      label=f"cliff {k + 1}" if s == 0 else None)
     ax3.axhline(d1, color="k", ls=":", lw=1, label=r"$4\lfloor p/2\rfloor$")
     ax3.set_xlabel("epoch")
-    ax3.set_ylabel("detected size (0: none)")
+    ax3.set_ylabel("size (0: none)")
     ax3.set_title("(c) cliff sizes")
     handles, labels = [], []
     for ax in (ax1, ax2, ax3):
@@ -181,7 +182,7 @@ def plot_dynamics(result: Result, window: str = "window2"):
             if l not in labels:
                 handles.append(h)
                 labels.append(l)
-    fig.legend(handles, labels, loc="outside lower center", ncol=4)
+    legend_in(spare, fig, handles, labels, ncol=1)
     return fig
 
 
@@ -189,7 +190,7 @@ def plot_crosscheck(result: Result):
     """Lanczos (matrix-free) against dense eigenvalues on the final model, and their errors."""
     cc = result["crosscheck"]
     lz, de = np.asarray(cc["lanczos_eigenvalues"]), np.asarray(cc["dense_eigenvalues"])
-    fig, (ax1, ax2) = new_figure(2, width=8.0, height=3.2)
+    fig, (ax1, ax2) = new_figure(2, height=3.0)
     idx = np.arange(1, len(de) + 1)
     ax1.semilogy(idx, de, "-", color=PALETTE[0], lw=1.5, label="dense eigh")
     ax1.semilogy(idx, lz, "o", mfc="none", ms=4, color=PALETTE[1], label="Lanczos")
@@ -199,5 +200,6 @@ def plot_crosscheck(result: Result):
     rel = np.abs(lz - de) / np.abs(de)
     ax2.semilogy(idx, np.maximum(rel, 1e-17), ".", color=PALETTE[0])
     ax2.set_xlabel("rank")
-    ax2.set_ylabel("relative error of Lanczos")
+    ax2.set_ylabel("relative error")
+    ax2.set_title("Lanczos vs dense")
     return fig

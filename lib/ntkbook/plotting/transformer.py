@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ntkbook.plotting import PALETTE, new_figure
+from ntkbook.plotting import PALETTE, legend_in, new_figure, panels
 from ntkbook.store import Result
 
 __all__ = [
@@ -41,7 +41,7 @@ def _shade(ax, result: Result, run: str, label: bool = True):
 def plot_training(result: Result):
     """Accuracy and loss of every run: the main run bold, the others thin; the author's log as
     crosses (his epoch e drawn at e + 1) when the main run is the replay."""
-    fig, (ax1, ax2) = new_figure(2, width=10.0, height=4.0)
+    fig, (ax1, ax2) = new_figure(2, height=3.4)
     main = result["main"]
     runs = [r for r in result["runs"] if r != "replay" or r == main]
     for r in runs:
@@ -67,11 +67,12 @@ def plot_training(result: Result):
     ax1.set_ylabel("accuracy")
     ax2.set_ylabel("cross-entropy")
     ax2.set_yscale("log")
-    ax1.set_title(f"accuracy ({main} bold, other runs thin)")
+    ax1.set_title("accuracy")
     ax2.set_title("loss")
     # one legend for both panels, below them, where it hides none of the thin curves
     h, lab = ax1.get_legend_handles_labels()
-    fig.legend(h, lab, loc="outside lower center", ncol=len(h))
+    lab = [f"{x} ({main} run bold, others thin)" if x == "train" else x for x in lab]
+    fig.legend(h, lab, loc="outside lower center", ncol=1)
     return fig
 
 
@@ -80,23 +81,20 @@ def plot_key_power(result: Result, runs=None):
     frequencies coloured, the threshold dashed."""
     runs = runs or [r for r in result["runs"] if r != "replay" or r == result["main"]]
     n = len(runs)
-    ncols = min(n, 3)
-    nrows = int(np.ceil(n / ncols))
-    fig, axes = new_figure(ncols, nrows, width=10.0, height=2.7 * nrows, squeeze=False)
+    fig, axes, _ = panels(n, row_height=2.5, sharey=True)
     thr = result.config["key_threshold"]
-    for ax, r in zip(axes.ravel(), runs):
+    for i, (ax, r) in enumerate(zip(axes, runs)):
         s = result["per_run"][r]
         power = np.asarray(s["key_power"], dtype=float)
         ks = np.arange(1, power.size + 1)
         colors = [PALETTE[1] if k in s["key_frequencies"] else "0.6" for k in ks]
         ax.bar(ks, power, color=colors)
         ax.axhline(thr * power.max(), color="k", ls="--", lw=1)
-        ax.set_xticks(ks[::2])
+        ax.set_xticks(ks[4::5])
         ax.set_title(f"{r}: key {', '.join(str(k) for k in s['key_frequencies'])}")
-        ax.set_xlabel("frequency k")
-        ax.set_ylabel("share of power")
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
+        ax.set_xlabel("frequency $k$")
+        if i % 2 == 0:
+            ax.set_ylabel("share of power")
     return fig
 
 
@@ -105,7 +103,7 @@ def plot_spectra(result: Result, top: int = 40):
     (dots, coloured by each eigenvector's leading family where known) and trace (grey line)."""
     main = result["main"]
     names = result["group_names"]
-    fig, axes = new_figure(3, 3, width=10.0, height=8.0)
+    fig, axes = new_figure(3, 3, height=7.0, sharex=True, sharey=True)
     kinds = result["content_names"]
     for ax, name in zip(axes.ravel(), names):
         lam = np.asarray(result[f"{main}/ml_eigenvalues/{name}"])[:top]
@@ -121,6 +119,8 @@ def plot_spectra(result: Result, top: int = 40):
         ax.scatter(np.arange(1, lam.size + 1), np.clip(lam, 1e-8, None), c=cols, s=14, zorder=3)
         ax.set_yscale("log")
         ax.set_ylim(1e-6, 1.5)
+        ax.set_yticks([1e-6, 1e-3, 1])
+        ax.yaxis.set_minor_locator(__import__("matplotlib").ticker.NullLocator())
         ax.set_title(name)
     for ax in axes[-1]:
         ax.set_xlabel("rank")
@@ -130,7 +130,7 @@ def plot_spectra(result: Result, top: int = 40):
                for k, c in FAMILY_COLORS.items()]
     if any(f"main/tr_eigenvalues/{n}" in result.arrays for n in names):
         handles.append(axes[0, 0].plot([], [], color="0.5", lw=1, label="trace kernel")[0])
-    fig.legend(handles=handles, loc="outside lower center", ncol=4)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2)
     return fig
 
 
@@ -141,7 +141,7 @@ def plot_content(result: Result, reduction: str = "ml", n: int | None = None):
     names = result["group_names"]
     kinds = result["content_names"]
     prefix = f"{main}/ml_content" if reduction == "ml" else "main/tr_content"
-    fig, axes = new_figure(3, 3, width=10.0, height=7.6)
+    fig, axes = new_figure(3, 3, height=6.6, sharex=True, sharey=True)
     for ax, name in zip(axes.ravel(), names):
         c = np.asarray(result[f"{prefix}/{name}"])
         if n is not None:
@@ -153,14 +153,15 @@ def plot_content(result: Result, reduction: str = "ml", n: int | None = None):
                    label=FAMILY_LABELS[kind])
             bottom += c[:, j]
         ax.set_ylim(0, 1)
+        ax.set_yticks([0, 0.5, 1])
         ax.set_title(name)
-        ax.set_xticks(x[::2])
+        ax.set_xticks(x[::4] if x.size > 8 else x[::2])
     for ax in axes[-1]:
-        ax.set_xlabel("eigenvector rank")
+        ax.set_xlabel("rank")
     for ax in axes[:, 0]:
         ax.set_ylabel("share of norm²")
     h, lab = axes[0, 0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="outside lower center", ncol=3)
+    fig.legend(h, lab, loc="outside lower center", ncol=2)
     return fig
 
 
@@ -170,12 +171,18 @@ def plot_eigenvectors(result: Result, groups=("W_in", "W_out", "W_U"), n: int = 
     main = result["main"]
     p = result.config["p"]
     kinds = result["content_names"]
-    fig, axes = new_figure(n, len(groups), width=10.0, height=2.3 * len(groups) + 0.2, squeeze=False)
+    ncols = 3
+    rows_per_group = -(-n // ncols)
+    fig, axes = new_figure(ncols, rows_per_group * len(groups), height=2.05 * rows_per_group * len(groups),
+                           squeeze=False)
+    for ax in axes[:, :].ravel():
+        ax.set_axis_off()
     for gi, name in enumerate(groups):
         V = np.asarray(result[f"{main}/ml_eigenvectors/{name}"], dtype=float)
         c = np.asarray(result[f"{main}/ml_content/{name}"])
         for i in range(n):
-            ax = axes[gi, i]
+            ax = axes[gi * rows_per_group + i // ncols, i % ncols]
+            ax.set_axis_on()
             img = V[:, i].reshape(p, p)
             m = np.abs(img).max()
             ax.imshow(img, cmap="RdBu_r", vmin=-m, vmax=m)
@@ -195,33 +202,34 @@ def plot_dynamics(result: Result, run: str | None = None):
     ep = np.asarray(result[f"{run}/snapshot_epochs"], dtype=float)
     dyn = np.asarray(result[f"{run}/dynamics"])
     metrics = [tuple(m) for m in result["dyn_metrics"]]
-    fig, (a1, a2, a3) = new_figure(3, width=10.5, height=4.4)
+    fig, (a1, a2, a3), spare = panels(3, row_height=2.9, spare=True)
     show = [("W_U", "2K+1", "sum", PALETTE[1], "-"), ("W_U", "4K+1", "axis_sum", PALETTE[0], "-"),
             ("W_out", "4K+1", "sum", PALETTE[1], "--"), ("W_out", "4K+1", "axis_sum", PALETTE[0], "--")]
     for kernel, window, feat, color, ls in show:
         y = dyn[:, metrics.index((kernel, window, feat))]
-        lab = f"{kernel} top {window} vs {feat.replace('_', ' ')}"
+        lab = f"{kernel} top {window}\nvs {feat.replace('_', ' ')}"
         a1.plot(ep, y, color=color, ls=ls, lw=1.5, label=lab)
         # the derivative from the first logged epoch on (epoch 0 -> 1 is a one-epoch step)
         a2.plot(ep[1:], np.gradient(y[1:], ep[1:]), color=color, ls=ls, lw=1.2, label=lab)
     if run == "replay":
         d = result["author"]["W_U_dynamics"]
-        a1.plot([int(k) for k in d], list(d.values()), "x", color="k", ms=7, label="author, W_U top 5 vs sum")
-    a3.plot(result[f"{run}/hist_epoch"], result[f"{run}/hist_test_acc"], color=PALETTE[1], label="test")
-    a3.plot(result[f"{run}/hist_epoch"], result[f"{run}/hist_train_acc"], color=PALETTE[0], label="train")
+        a1.plot([int(k) for k in d], list(d.values()), "x", color="k", ms=7, label="author, W_U top 5\nvs sum")
+    a3.plot(result[f"{run}/hist_epoch"], result[f"{run}/hist_test_acc"], color=PALETTE[1], label="test accuracy")
+    a3.plot(result[f"{run}/hist_epoch"], result[f"{run}/hist_train_acc"], color=PALETTE[0], ls=":",
+            label="train accuracy")
     for ax in (a1, a2, a3):
         _shade(ax, result, run, label=ax is a3)
         ax.set_xlabel("epochs completed")
-    a1.set_ylabel("overlap / 2K")
+    a1.set_ylabel("overlap / $2K$")
     a2.set_ylabel("d(overlap)/d(epoch)")
     a3.set_ylabel("accuracy")
     a1.set_title("alignment")
     a2.set_title("its derivative")
     a3.set_title("accuracy")
-    # the five alignment curves get a legend below the panels, where it hides none of them
+    # one legend for the three panels, in the free cell, where it hides no curve
     h, lab = a1.get_legend_handles_labels()
-    fig.legend(h, lab, loc="outside lower center", ncol=2)
-    a3.legend(loc="lower right")
+    h3, lab3 = a3.get_legend_handles_labels()
+    legend_in(spare, fig, h + h3, lab + lab3, ncol=1)
     return fig
 
 
@@ -237,17 +245,17 @@ def plot_lanczos(result: Result):
     products, against dense ``eigh``, beside the relative gap after the k-th eigenvalue."""
     lz = result["main_analysis"]["lanczos"]
     names = list(lz)
-    fig, (a1, a2) = new_figure(2, width=10.0, height=3.4)
+    fig, (a1, a2) = new_figure(2, height=3.6)
     x = np.arange(len(names))
     for off, key, color in ((-0.2, "default", PALETTE[1]), (0.2, "long", PALETTE[0])):
         err = [max(lz[n][key]["max_rel_error"], 1e-17) for n in names]
         a1.bar(x + off, err, width=0.4, color=color,
                label=f"{lz[names[0]][key]['num_matvecs']} products")
     a1.set_yscale("log")
-    a1.set_xticks(x, names, rotation=45)
+    a1.set_xticks(x, names, rotation=90)
     a1.set_ylabel("max |Δλ| / λ₁ (top k)")
     a1.set_title("Lanczos vs dense")
-    a1.legend()
+    fig.legend(*a1.get_legend_handles_labels(), loc="outside lower center", ncol=2)
     main, k = result["main"], result.config["lanczos_k"]
     gaps = []
     for n in names:
@@ -255,7 +263,7 @@ def plot_lanczos(result: Result):
         gaps.append(relative_gap(lam, k))
     a2.bar(x, gaps, color="0.5")
     a2.set_yscale("log")
-    a2.set_xticks(x, names, rotation=45)
+    a2.set_xticks(x, names, rotation=90)
     a2.set_ylabel(r"$(\lambda_k - \lambda_{k+1}) / (\lambda_{k+1} - \lambda_N)$")
-    a2.set_title(f"relative gap after the top k = {k}")
+    a2.set_title(f"gap after the top $k = {k}$")
     return fig
