@@ -370,14 +370,14 @@ def test_first_screen_without_prose_fails_at_laptop_width(tmp_path, chromium, pn
     assert _problems(bad, chromium, 400) == []  # checked on a laptop's screen only
     good = _page(tmp_path, "finding", '<h1>Chapter title</h1>' + READ + MACHINERY + FIGURE, png=png)
     assert _problems(good, chromium, 1400) == []
-    summary = ('<h1>Chapter title</h1><div class="admonition admonition-in-this-chapter">'
+    summary = ('<h1>Chapter title</h1><div class="admonition note in-this-chapter">'
                '<p class="admonition-title">In this chapter</p><p>'
                + "What the chapter derives and measures, and its verdicts, in running text. " * 3
                + '</p></div>')
     boxed = _page(tmp_path, "summary", summary + MACHINERY.replace("<h1>Chapter title</h1>", "")
                   + '<pre>' + "\n".join(["log line"] * 30) + '</pre>' + READ + FIGURE, png=png)
     assert _problems(boxed, chromium, 1400) == []  # the "In this chapter" summary is prose
-    other = _page(tmp_path, "note", summary.replace("admonition-in-this-chapter", "note")
+    other = _page(tmp_path, "note", summary.replace(" in-this-chapter", "")
                   + MACHINERY.replace("<h1>Chapter title</h1>", "") + '<pre>'
                   + "\n".join(["log line"] * 30) + '</pre>' + READ + FIGURE, png=png)
     assert len(_problems(other, chromium, 1400)) == 1  # any other box is not

