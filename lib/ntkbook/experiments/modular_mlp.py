@@ -554,6 +554,42 @@ def _pm(values, spec: str = ".0f") -> str:
     return f"{fmt(mean, spec)} ± {fmt(spread, spec)}"
 
 
+def reproduce_sample(config: Config) -> tuple[Config, str]:
+    """The sample ``python -m ntkbook reproduce modular_mlp --sample`` recomputes: the first seed,
+    its training history and its kernels at three snapshots (the first, one in the middle that the
+    full run also took, and the last), without the cross-check (each snapshot depends only on the
+    seed and the epoch; training does not depend on which epochs are snapshots)."""
+    full = _snapshot_epochs(config)
+    every = full[len(full) // 2] if len(full) > 2 else config.snapshot_every
+    sub = dataclasses.replace(config, seeds=config.seeds[:1], snapshot_every=every,
+                              crosscheck=False)
+    picked = _snapshot_epochs(sub)
+    assert set(picked) <= set(full), (picked, full)
+    return sub, (f"seed {sub.seeds[0]} of {len(config.seeds)}, snapshots at epochs "
+                 f"{', '.join(map(str, picked))} of {len(full)}, no cross-check")
+
+
+def sample_view(result: Result, sample: Config) -> tuple[dict, dict]:
+    """The part of ``result`` the sample's points make (:func:`reproduce_sample`): the first seed's
+    training curves, and its spectra, overlaps, cliffs and constant mode at the sample's snapshots;
+    its grokking epochs and final alignment. Eigenvectors are left out (a degenerate eigenspace has
+    no unique basis, and signs are arbitrary), and so are the dynamics (they depend on how densely
+    the snapshots sample the training)."""
+    epochs = list(np.asarray(result["snapshot_epochs"]))
+    idx = [epochs.index(e) for e in _snapshot_epochs(sample)]
+    arrays = {"epochs": result["epochs"],
+              "snapshot_epochs": np.asarray(result["snapshot_epochs"])[idx]}
+    for key in ("train_acc", "test_acc", "train_loss", "test_loss"):
+        arrays[key] = np.asarray(result[key])[0]
+    for key in ("eigenvalues", "overlaps", "cliff_sizes", "cliff_ratios", "constant_weight",
+                "constant_index"):
+        arrays[key] = np.asarray(result[key])[0][idx]
+    scalars = {k: result[k] for k in ("overlap_names", "first_cliff_theory", "feature_dims")}
+    scalars["grokking"] = result["grokking"][0]
+    scalars["alignment_final"] = {k: v["per_seed"][0] for k, v in result["alignment_final"].items()}
+    return arrays, scalars
+
+
 def scorecard(result: Result) -> list[dict]:
     """Rows of the reproduction scorecard (:mod:`ntkbook.book.scorecard`) from a result, verdicts by
     the thresholds stated in each note:
