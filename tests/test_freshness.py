@@ -165,9 +165,10 @@ def test_sample_configs_are_subsets():
         full = module.Config.paper()
         sub, what = module.reproduce_sample(full)
         assert what and sub != full, name
-        for f in dataclasses.fields(full):
-            a, b = getattr(full, f.name), getattr(sub, f.name)
-            assert a == b or (isinstance(a, tuple) and set(b) < set(a)), (name, f.name)
+        for f in dataclasses.fields(full):  # swept tuples shrink to subsets; other knobs may
+            a, b = getattr(full, f.name), getattr(sub, f.name)  # change (e.g. fewer snapshots)
+            if isinstance(a, tuple):
+                assert set(b) <= set(a), (name, f.name)
         assert sub.seeds[0] == full.seeds[0], name  # first-seed-only arrays stay comparable
 
 
