@@ -340,12 +340,12 @@ def test_smoke_experiment(smoke):
 CHAPTER = "book/modular_transformer.md"
 
 
-def test_chapter_opens_with_run_box_and_knobs():
-    """Visible parameters cell with knobs, run box and provenance line in the first shown cell,
-    no figure or table hidden in a remove-input cell (the check of the reader chapters)."""
+def test_chapter_opens_with_its_finding():
+    """Title, "In this chapter" with generated verdicts, run box and folded provenance; no code
+    shown before the first sentence (the check of the reader chapters)."""
     import test_book
 
-    test_book.test_reader_chapters_open_with_run_box_and_knobs(CHAPTER)
+    test_book.test_reader_chapters_open_with_their_finding(CHAPTER)
 
 
 def test_chapter_knobs_reach_the_run():
