@@ -64,6 +64,7 @@ def test_compare_nan_and_inf_agree_with_themselves_and_ignore_patterns():
     fresh = {"a": np.array([np.nan, np.inf, 1.0]), "run.seconds": 9.0, "label": "x"}
     cmp = freshness.compare(stored, fresh)
     assert cmp.agree and "run.seconds" in cmp.ignored  # wall times are never compared
+    assert "weights_load_s" in freshness.compare({"weights_load_s": 4.0}, {"weights_load_s": 0.6}).ignored
     assert not freshness.compare(stored, dict(fresh, label="y")).agree
     cmp = freshness.compare({"a": 1.0, "b": 1.0}, {"a": 1.1, "b": 1.0},
                             {"loose": {"a": {"rtol": 0.2}}})
