@@ -43,6 +43,18 @@ BAD = {
         "rel_ridges": [(), (0.0,), (math.nan,), (-1e-3,)],
         "verify_limit": [1.0, math.inf, math.nan],
         "delta": [0.0, 1.0, math.nan],
+        "cone_hyperplanes": [0, -5, 2.5],
+    },
+    "influence_recipe": {
+        "task": ["mnist", "svhn"],
+        "recipes": [(), ("paper", "paper"), ("sgd",)],
+        "models": [(), ("relu", "relu"), ("cnn",)],
+        "seeds": [(), (0, 0), (-1,)],
+        "n_train": [0, 55],
+        "n_test": [0, 45],
+        "width": [0, 63, -2],
+        "epochs": [0],
+        "batch": [0],
     },
     "lanczos_ghosts": {
         "dim": [8, 0],

@@ -63,6 +63,21 @@ def test_attention_gram_is_the_cube(gram_result):
         assert s["kappa_Gt_naive_eigh"] < 1e3 / gram.EPS or math.isinf(s["kappa_Gt_naive_eigh"])
 
 
+def test_attention_narrows_the_cone_and_centring_reopens_it(gram_result):
+    # row-normalised attention outputs lie in a narrower cone than the row-normalised images (the
+    # cube concentrates them on the top direction), and mean-centring A before normalising opens it
+    for name in gram_result["datasets"]:
+        cone = gram_result["per_dataset"][name]["cone"]
+        assert set(cone) == {"raw", "attention", "attention_centred"}
+        assert cone["attention"]["median_angle"] < cone["raw"]["median_angle"], name
+        assert cone["attention"]["cut_fraction"] < cone["raw"]["cut_fraction"], name
+        assert cone["attention_centred"]["median_angle"] > cone["attention"]["median_angle"], name
+        assert cone["attention_centred"]["cut_fraction"] > cone["attention"]["cut_fraction"], name
+        q = gram_result[f"{name}/angle_quantiles_attention"]
+        assert q.shape == (101,) and np.all(np.diff(q) >= 0)
+        assert q[50] == pytest.approx(cone["attention"]["median_angle"])
+
+
 def test_first_cliff_is_four_floor_half_p(modular):
     p = modular.config["p"]
     assert modular["first_cliff_theory"] == 4 * (p // 2) == 44

@@ -6,7 +6,10 @@ and the row-normalised attention output ``A^ = N A`` (``N = diag(1/||a_i||)``) w
 ``G^ = N G^3 N``. Spectra come from singular values of the factors (``X``, ``A``, ``A^``; see
 :mod:`ntkbook.ntk.gram`); a naive ``eigh`` of the formed ``G~`` is stored for contrast. The result
 holds the spectra, the condition numbers (full nonzero spectrum, leading-``d``, with a ridge), the
-Ostrowski interval for the row-normalised Gram and the widths they imply.
+Ostrowski interval for the row-normalised Gram and the widths they imply, and the geometry of
+the row-normalised attention outputs: the cone they lie in (pairwise angles) and the fraction of
+random hyperplanes through the origin that cut it, as they are and after mean-centring ``A``
+before row normalisation (a change of the model the paper does not make), beside the raw images'.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import math
 
 import numpy as np
 
+from ntkbook.lazy.distance import cone_statistics
 from ntkbook.models import attention
 from ntkbook.ntk import gram
 from ntkbook import validate as v
@@ -25,7 +29,7 @@ from ntkbook.store import PointStore, Result
 from ntkbook.verdicts import ladder
 
 NAME = "gram_conditioning"
-VERSION = "1"
+VERSION = "2"  # 2: the attention outputs' cone (plain, centred, raw images)
 
 #: scalars that may be non-finite, and why (:func:`ntkbook.experiments.check_finite`)
 NONFINITE_ALLOWED = {
@@ -54,6 +58,7 @@ class Config:
     rel_ridges: tuple[float, ...] = tuple(float(10.0**k) for k in range(-16, -1))  # ridges r (times lambda_max)
     verify_limit: float = 1e12  # largest kappa_d(G)^3 still verifiable in float64 (gram.max_verifiable_d)
     delta: float = 0.01  # failure probability of the Hoeffding width
+    cone_hyperplanes: int = 5000  # random hyperplanes for the cut fraction of the cone
 
     @classmethod
     def smoke(cls) -> "Config":
@@ -75,6 +80,7 @@ class Config:
         v.each(v.finite_positive, NAME, "rel_ridges", self.rel_ridges)
         v.number_in(NAME, "verify_limit", self.verify_limit, 1.0, math.inf, why="a bound on a condition number")
         v.fraction(NAME, "delta", self.delta, "a failure probability")
+        v.positive_int(NAME, "cone_hyperplanes", self.cone_hyperplanes, "a cut fraction needs a hyperplane")
 
 
 def estimate_seconds(config: Config) -> float:
@@ -100,6 +106,11 @@ def analyse(x: np.ndarray, config: Config) -> tuple[dict, dict]:
     A_hat = attention.normalize_rows(A)
     lam_h, rank_h, kappa_h = gram.factor_spectrum(A_hat)
     lam_r, rank_r, kappa_r = gram.factor_spectrum(attention.normalize_rows(x))
+    # the cone of the inputs a network on top sees: row-normalised images, row-normalised attention
+    # outputs, and the same after mean-centring A (seed 0 of the hyperplanes, the same for all three)
+    cones = {what: cone_statistics(z, config.cone_hyperplanes, seed=0)
+             for what, z in (("raw", attention.normalize_rows(x)), ("attention", A_hat),
+                             ("attention_centred", attention.normalize_rows(A - A.mean(axis=0))))}
     rows2 = np.sum(A**2, axis=1)  # diag(G^3) = 1 / N^2
     kappa_n2 = float(rows2.max() / rows2.min())
     common = min(rank, rank_a)
@@ -158,6 +169,7 @@ def analyse(x: np.ndarray, config: Config) -> tuple[dict, dict]:
         "width_kappa6": gram.implied_width(kappa),
         "width_hoeffding_attn": gram.hoeffding_width(lam_min_hat / 2, n, delta=config.delta) if lam_min_hat > 0 else math.inf,
         "width_hoeffding_relu": gram.hoeffding_width(lam_min_raw / 2, n, delta=config.delta) if lam_min_raw > 0 else math.inf,
+        "cone": {what: stats for what, (stats, _) in cones.items()},
     }
     arrays = {
         "lam_G": lam,
@@ -168,6 +180,7 @@ def analyse(x: np.ndarray, config: Config) -> tuple[dict, dict]:
         "ridge_G": ridge_G,
         "ridge_Gt": ridge_Gt,
         "ridge_Ghat": ridge_Gh,
+        **{f"angle_quantiles_{what}": q for what, (_, q) in cones.items()},
     }
     return arrays, scalars
 
