@@ -444,10 +444,11 @@ def test_what_the_workflows_do():
     publish = _workflow("publish.yml")
     assert publish["on"]["push"]["branches"] == ["main"]
     build = [s.get("run", s.get("uses", "")) for s in publish["jobs"]["build"]["steps"]]
-    order = ["make setup", "make data", "make book SCALE=paper", "ntkbook.book.htmlcheck _build/paper/html",
+    order = ["make setup", "make book SCALE=paper", "ntkbook.book.htmlcheck _build/paper/html",
              "ntkbook.book.notebooks", "actions/upload-pages-artifact@"]
     at = [next(i for i, s in enumerate(build) if o in s) for o in order]
     assert at == sorted(at), build
+    assert not any("make data" in s for s in build), "the paper-scale book builds from results/ alone"
     assert publish["jobs"]["build"]["env"]["NTKBOOK_REPOSITORY_URL"] == "${{ github.server_url }}/${{ github.repository }}"
     assert publish["jobs"]["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
     assert "actions/deploy-pages@" in publish["jobs"]["deploy"]["steps"][0]["uses"]
@@ -457,6 +458,8 @@ def test_what_the_workflows_do():
     assert list(preview["on"]) == ["pull_request"]
     runs = [s.get("run", "") for s in _steps(preview)]
     assert "make test" in runs
+    checkout = next(s for s in _steps(preview) if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0  # tests/test_provenance.py needs the history
     upload = next(s for s in _steps(preview) if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["with"]["path"] == "_build/smoke/html"
     links = _workflow("links.yml")

@@ -343,10 +343,12 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
     out = out or repo / "_build" / (scale if edition == "teacher" else f"{scale}-{edition}")
     src_dir = out / "src"
     all_chapters = toc_chapters(repo)
-    todo = list(chapters or all_chapters)
+    # a chapter is named by its file (book/intro.md) or by its name (intro)
+    todo = [c if (repo / c).exists() or c.endswith(".md") else f"book/{c}.md" for c in (chapters or all_chapters)]
     unknown = [c for c in todo if not (repo / c).exists()]
     if unknown:
-        print(f"error: chapter files not found: {unknown}", file=sys.stderr)
+        print(f"error: chapter files not found: {unknown}; name chapters as in _toc.yml "
+              f"(book/intro.md) or by their name (intro)", file=sys.stderr)
         return 2
     if not execute_only:
         ensure_mathjax(repo)
