@@ -35,6 +35,16 @@ BAD = {
         "data_seed": [-1],
         "store_kernels_seed": [-1, 2, 32],
     },
+    "entk_cost": {
+        "demo_seed": [-1],
+        "batch_n_per_class": [0, 1.0],
+        "batch_seed": [-1],
+        "hidden": [(), (0,), (128, -1), [128]],
+        "weights_seed": [-1],
+        "k_top": [0, 201],
+        "repeats": [0],
+        "repeats_slow": [0],
+    },
     "gram_conditioning": {
         "datasets": [(), ("mnist", "mnist"), ("svhn",)],
         "n_per_class": [0],

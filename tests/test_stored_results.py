@@ -3,8 +3,8 @@
 Every number the book prints at paper scale comes from an entry of ``results/``; here each entry
 must pass its integrity check (content hashes), name the commit it was computed from, and the
 entries the chapters load must be there (so a reader's build never recomputes them) and support
-the chapters' statements (``gram_conditioning``, ``entk_convergence``, ``lanczos_ghosts``,
-``modular_mlp``; ``ntk_distance`` is checked for integrity only).
+the chapters' statements (``gram_conditioning``, ``entk_convergence``, ``entk_cost``,
+``lanczos_ghosts``, ``modular_mlp``; ``ntk_distance`` is checked for integrity only).
 """
 
 from __future__ import annotations
@@ -112,6 +112,22 @@ def test_entk_convergence_statements():
     assert np.all(np.diff(mean) < 0)
     assert r["err_W_largest"] < r["err_W_smallest"] / 10
     assert np.all(r["err_all"].mean(axis=1) > mean)  # the read-out adds its own fluctuations
+
+
+def test_entk_cost_statements():
+    """The eNTK chapter reads its demonstration's inputs and its cost table from this entry (no
+    data set at paper scale): unit-norm images, a product at most four forward passes of operations,
+    Lanczos on the dense eigenpairs to round-off, and a Jacobian far larger than the kernel."""
+    r = paper("entk_cost")
+    assert r["inputs_demo"].shape == (10, 784) and r["inputs_batch"].shape == (r["n_inputs"], 784)
+    for x in (r["inputs_demo"], r["inputs_batch"]):
+        np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, rtol=1e-12)
+    assert 2 < r["flops_product"] / r["flops_forward"] <= 4
+    assert r["lanczos_max_relative_error"] < 1e-12 and r["lanczos_max_relative_residual"] < 1e-12
+    assert abs(r["lanczos_eigenspace_overlap"] - 1) < 1e-10
+    assert r["bytes_jacobian"] > 100 * r["bytes_kernel"]
+    assert sum(r["layer_top_eigenvalues"].values()) >= r["lanczos_eigenvalues"][0]
+    assert r["cpu_model"] and r["cpu_count"] >= 1
 
 
 def test_lanczos_ghosts_statements():

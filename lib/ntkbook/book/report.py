@@ -9,7 +9,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 __all__ = ["show", "typeset", "typeset_characters", "markdown_table", "MarkdownText", "preset_of", "device_label",
-           "provenance_line", "about_these_numbers", "opening", "chapter_knobs", "run_this_chapter"]
+           "source_code", "provenance_line", "about_these_numbers", "opening", "chapter_knobs", "run_this_chapter"]
 
 #: resolution (dots per inch) at which :func:`show` renders a figure: twice the 100 CSS px per inch at
 #: which the page shows it (a 2x, "retina" image, sharp on high-density screens and when opened
@@ -169,6 +169,19 @@ def _plain(v):
 def device_label(prov: dict) -> str:
     dev = str(prov.get("device") or "unknown device")
     return "CPU" if dev.lower() == "cpu" else dev
+
+
+def source_code(*objects) -> MarkdownText:
+    """The source of library functions, classes or modules as one fenced Python block (Markdown),
+    in the order given, separated by a blank line: what a chapter shows of code it imports, e.g. in
+    a dropdown, ``glue("src", source_code(mlp.init, mlp.apply), display=False)`` and
+    ``{glue:md}`` (the text is the code itself, read with :func:`inspect.getsource`)."""
+    import inspect
+    import textwrap
+
+    body = "\n\n".join(textwrap.dedent(inspect.getsource(obj)).rstrip() for obj in objects)
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", body)), default=0))
+    return MarkdownText(f"{fence}python\n{body}\n{fence}")
 
 
 def provenance_line(result, *more) -> MarkdownText:
