@@ -131,6 +131,55 @@ def test_reductions_match_explicit_jacobians(name, reduction, batch_size):
     assert np.linalg.eigvalsh(np.asarray(m)).min() > -1e-10 * np.abs(m).max()
 
 
+def _row_bytes(f, params, reduction):
+    """Bytes of one input's Jacobian, as the engine's plan counts them."""
+    P = sum(leaf.size for leaf in jax.tree.leaves(params))
+    return (1 if reduction == "class" else C) * P * 8
+
+
+@pytest.mark.parametrize("name", ["mlp", "attn"])
+@pytest.mark.parametrize("reduction", ["full", "class", "class_mean", "flat"])
+@pytest.mark.parametrize("batch_size", [None, 1, 2])
+def test_panelled_kernel_matches_explicit_jacobians(name, reduction, batch_size, capsys):
+    """A memory budget too small for all Jacobians: the kernel is assembled from panels (rows
+    held, chunks streamed), says so, and equals the explicit kernel, symmetric or not."""
+    f, params, x1, x2, full12, full11 = reference(name)
+    ci = 1 if reduction == "class" else None
+    n1 = x1.shape[0]
+    kbytes = n1 * n1 * (C * C if reduction in ("full", "flat") else 1) * 8
+    budget = 3 * _row_bytes(f, params, reduction) + kbytes  # Jacobians of 3 inputs beside the kernel
+    plan = entk.plan_kernel(n1, None, _row_bytes(f, params, reduction), kbytes, batch_size=batch_size,
+                            memory_budget=budget)
+    assert plan.panels > 1 and plan.max_formations > 1
+    got = entk.entk(f, params, x1, x2, reduction=reduction, class_index=ci, batch_size=batch_size,
+                    memory_budget=budget)
+    np.testing.assert_allclose(got, explicit(f, params, x1, x2, reduction, ci, full=full12), rtol=TOL, atol=TOL)
+    k = entk.entk(f, params, x1, reduction=reduction, class_index=ci, batch_size=batch_size,
+                  memory_budget=budget)
+    np.testing.assert_allclose(k, explicit(f, params, x1, x1, reduction, ci, full=full11), rtol=TOL, atol=TOL)
+    m = jnp.transpose(k, (0, 2, 1, 3)).reshape(k.shape[0] * C, -1) if reduction == "full" else k
+    np.testing.assert_allclose(m, m.T, rtol=0, atol=1e-12)
+    assert "exceed the memory budget" in capsys.readouterr().out
+
+
+def test_plan_forms_each_jacobian_once_when_it_fits():
+    one = 1000  # bytes of one input's Jacobian
+    fits = entk.plan_kernel(40, None, one, 5000, batch_size=8, memory_budget=40 * one + 5000)
+    assert (fits.panels, fits.max_formations, fits.chunk) == (1, 1, 8)
+    assert "formed once" in fits.describe()
+    both = entk.plan_kernel(40, 30, one, 5000, memory_budget=70 * one + 5000)
+    assert both.panels == 1  # x1 and x2 together fit
+    tight = entk.plan_kernel(40, 30, one, 5000, memory_budget=69 * one + 5000)
+    assert tight.panels > 1
+    panels = entk.plan_kernel(40, None, one, 0, batch_size=4, memory_budget=20 * one)
+    assert panels.panel_rows % panels.chunk == 0 and panels.panel_rows == 8  # half the budget, whole chunks
+    assert panels.panels == 5 and panels.max_formations == 5
+    assert "5 panels of 8 rows" in panels.describe()
+    with pytest.raises(entk.InputError, match="memory_budget"):
+        entk.plan_kernel(4, None, one, 0, memory_budget=0)
+    assert entk.default_memory_budget() > 0
+
+
 def test_param_filter_string_and_callable():
     f, params, x1, x2 = setup("mlp")
     pred = lambda path: jax.tree_util.keystr(path).startswith("['dense2']")  # noqa: E731
@@ -159,6 +208,11 @@ def test_layerwise_sums_to_full(name):
         np.testing.assert_allclose(
             lw["first"], entk.entk(f, params, x1, param_filter="dense1"), rtol=TOL, atol=TOL
         )
+        # panelled (a budget for the Jacobians of 2 inputs): the same kernels
+        tight = entk.entk_layerwise(f, params, x1, layers=parts, reduction="full", batch_size=1,
+                                    memory_budget=2 * _row_bytes(f, params, "full") + 5 * 5 * C * C * 8 * 2)
+        for k in parts:
+            np.testing.assert_allclose(tight[k], lw[k], rtol=TOL, atol=TOL)
 
 
 @pytest.mark.parametrize("name", ["mlp", "attn"])

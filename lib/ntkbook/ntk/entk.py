@@ -45,6 +45,7 @@ Precision
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import warnings
@@ -70,6 +71,9 @@ __all__ = [
     "mean_logit",
     "entk_mean_logit",
     "entk_matvec_mean_logit",
+    "KernelPlan",
+    "plan_kernel",
+    "default_memory_budget",
 ]
 
 REDUCTIONS = ("full", "class", "class_mean", "flat")
@@ -293,15 +297,37 @@ def _check_reduction(reduction: str, class_index, C: int, allowed=REDUCTIONS):
 # --------------------------------------------------------------------------------------------------
 # materialised kernels
 # --------------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=16)
-def _make_block_fns(f, treedef, n_leaves, sel_idx, groups, reduction, class_index, C):
-    """Jitted functions computing, for chunks of inputs, the kernel of each group of leaves.
+#: the memory budget when neither the caller nor the machine says otherwise (bytes)
+FALLBACK_MEMORY_BUDGET = 4 << 30
 
-    ``groups`` is a tuple of tuples of positions into ``sel_idx``.  Each block function returns a
-    tuple (one array per group) in the "full" layout (n, m, C', C') for reduction full/flat and
-    (n, m) for class/class_mean.  Cached, so repeated calls with the same model and structure reuse
-    the compiled functions.
+
+def default_memory_budget() -> int:
+    """Bytes the materialised eNTK may hold at once: half of the memory free now.
+
+    On a GPU (or other accelerator) backend, half of the first device's free memory
+    (``memory_stats()``: ``bytes_limit - bytes_in_use``); on CPU, half of Linux's ``MemAvailable``
+    (``/proc/meminfo``); else :data:`FALLBACK_MEMORY_BUDGET`.
     """
+    dev = jax.devices()[0]
+    if dev.platform != "cpu":
+        stats = dev.memory_stats() or {}
+        if "bytes_limit" in stats:
+            return max(1, (int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))) // 2)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    return FALLBACK_MEMORY_BUDGET
+
+
+@functools.lru_cache(maxsize=16)
+def _make_jacobian_fn(f, treedef, n_leaves, sel_idx, reduction, class_index):
+    """A jitted function: a chunk of inputs ``(b, ...)`` -> the per-example Jacobians of the
+    selected leaves, one ``(b, C', P_i)`` array per leaf (``C' = 1`` for ``"class"``, else ``C``).
+    Cached, so repeated calls with the same model and structure reuse the compiled function."""
 
     def f_sel(sel_leaves, frozen, x):
         out = f(_rebuild(treedef, n_leaves, sel_idx, sel_leaves, frozen), x)
@@ -311,39 +337,52 @@ def _make_block_fns(f, treedef, n_leaves, sel_idx, groups, reduction, class_inde
 
     jac_one = jax.jacrev(f_sel)  # list of (C', *leaf_shape)
 
-    def jac(sel_leaves, frozen, xb):
+    @jax.jit
+    def jacobians(sel_leaves, frozen, xb):
         js = jax.vmap(jac_one, in_axes=(None, None, 0))(sel_leaves, frozen, xb)
-        return [j.reshape(j.shape[0], j.shape[1], -1) for j in js]  # (b, C', P_i)
+        return tuple(j.reshape(j.shape[0], j.shape[1], -1) for j in js)
 
+    return jacobians
+
+
+@functools.lru_cache(maxsize=16)
+def _make_contract_fn(groups, reduction, C):
+    """A jitted function ``(J1, J2) -> one kernel block per group`` from the per-leaf Jacobians of
+    two sets of inputs (``(n, C', P_i)`` and ``(m, C', P_i)``).
+
+    Each selected leaf is contracted once, as one matrix product, and added to every group holding
+    it: for ``"full"``/``"flat"`` ``(n C', P_i) @ (P_i, m C')``, whose ``(n C', m C')`` result is
+    the flat layout itself (row ``n*C' + c``); for ``"class"``/``"class_mean"`` ``(n, C' P_i) @
+    (C' P_i, m)``, which sums over the matching outputs and the parameters at once. Blocks come in
+    the output layout: ``(n, m, C, C)`` for ``"full"``, ``(n C, m C)`` for ``"flat"``, ``(n, m)``
+    otherwise."""
+    leaves = sorted({i for g in groups for i in g})
+
+    @jax.jit
     def contract(j1, j2):
+        per_leaf = {}
+        for i in leaves:
+            a, b = j1[i], j2[i]
+            n, m, c = a.shape[0], b.shape[0], a.shape[1]
+            if reduction in ("full", "flat"):
+                k = jnp.dot(a.reshape(n * c, -1), b.reshape(m * c, -1).T, precision=_HIGHEST)
+                if reduction == "full":
+                    k = k.reshape(n, c, m, c).transpose(0, 2, 1, 3)
+            else:
+                k = jnp.dot(a.reshape(n, -1), b.reshape(m, -1).T, precision=_HIGHEST)
+            per_leaf[i] = k
         outs = []
         for g in groups:
-            k = None
-            for i in g:
-                if reduction in ("full", "flat"):
-                    t = jnp.einsum("ncp,mdp->nmcd", j1[i], j2[i], precision=_HIGHEST)
-                else:
-                    t = jnp.einsum("ncp,mcp->nm", j1[i], j2[i], precision=_HIGHEST)
-                k = t if k is None else k + t
-            if reduction == "class_mean":
-                k = k / C
-            outs.append(k)
+            k = functools.reduce(jnp.add, (per_leaf[i] for i in g))
+            outs.append(k / C if reduction == "class_mean" else k)
         return tuple(outs)
 
-    @jax.jit
-    def block(sel_leaves, frozen, xa, xb):
-        return contract(jac(sel_leaves, frozen, xa), jac(sel_leaves, frozen, xb))
-
-    @jax.jit
-    def block_sym(sel_leaves, frozen, xa):
-        ja = jac(sel_leaves, frozen, xa)
-        return contract(ja, ja)
-
-    return block, block_sym
+    return contract
 
 
 def _transpose_block(k, reduction):
-    if reduction in ("full", "flat"):
+    """Block (j, i) of a symmetric kernel from block (i, j), in the output layout."""
+    if reduction == "full":
         return jnp.transpose(k, (1, 0, 3, 2))
     return k.T
 
@@ -363,7 +402,80 @@ def _chunks(x, batch_size):
     return out, sizes
 
 
-def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_size, what):
+@dataclasses.dataclass(frozen=True)
+class KernelPlan:
+    """How :func:`entk` forms a materialised kernel within a memory budget.
+
+    Every Jacobian is formed in chunks of ``chunk`` inputs. When the Jacobians of all inputs fit
+    in the budget beside the kernel (``panel_rows`` = all rows of ``x1``), each is formed exactly
+    once and every leaf is contracted in one matrix product. Otherwise the rows of ``x1`` go in
+    panels of ``panel_rows`` whose Jacobians are held while the chunks of ``x2`` (of ``x1`` itself,
+    right of the diagonal, when ``x2`` is None) stream past, each chunk's Jacobian formed once per
+    panel: ``max_formations`` times at most.
+    """
+
+    n1: int  # rows of x1
+    n2: int  # rows of x2 (of x1 when symmetric)
+    symmetric: bool  # x2 is None: only blocks on and above the diagonal are computed
+    chunk: int  # inputs per Jacobian formation
+    panel_rows: int  # rows of x1 whose Jacobians are held at once
+    row_bytes: int  # bytes of one input's Jacobian (C' x P_selected)
+    kernel_bytes: int  # bytes of the kernel
+    budget: int  # the memory budget (bytes)
+
+    @property
+    def panels(self) -> int:
+        return -(-self.n1 // self.panel_rows)
+
+    @property
+    def max_formations(self) -> int:
+        """How many times the Jacobian of one input is formed, at most."""
+        return 1 if self.panels == 1 else self.panels
+
+    def describe(self) -> str:
+        gb = lambda b: f"{b / 2**30:.2g} GB"  # noqa: E731
+        need = (self.n1 + (0 if self.symmetric else self.n2)) * self.row_bytes
+        if self.panels == 1:
+            return (f"eNTK {self.n1} x {self.n2}: Jacobians ({gb(need)}) and kernel ({gb(self.kernel_bytes)}) "
+                    f"fit in the memory budget ({gb(self.budget)}): each Jacobian formed once")
+        return (f"eNTK {self.n1} x {self.n2}: Jacobians ({gb(need)}) exceed the memory budget "
+                f"({gb(self.budget)}): {self.panels} panels of {self.panel_rows} rows; the other "
+                f"inputs' Jacobians are formed up to {self.max_formations} times (memory_budget= "
+                f"raises the budget)")
+
+
+def plan_kernel(n1: int, n2: int | None, row_bytes: int, kernel_bytes: int, *,
+                batch_size: int | None = None, memory_budget: int | None = None) -> KernelPlan:
+    """The :class:`KernelPlan` for ``n1`` (and ``n2``; None: symmetric) inputs whose Jacobians
+    take ``row_bytes`` each, a kernel of ``kernel_bytes``, Jacobians formed ``batch_size`` inputs
+    at a time (None: as many as fit), within ``memory_budget`` bytes (None:
+    :func:`default_memory_budget`)."""
+    budget = default_memory_budget() if memory_budget is None else int(memory_budget)
+    if budget < 1:
+        raise InputError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+    symmetric = n2 is None
+    n2_ = n1 if symmetric else n2
+    free = max(budget - kernel_bytes, row_bytes)
+    total_rows = n1 + (0 if symmetric else n2_)
+    if total_rows * row_bytes <= free:
+        chunk = batch_size or max(n1, n2_)
+        return KernelPlan(n1, n2_, symmetric, min(chunk, max(n1, n2_)), n1, row_bytes, kernel_bytes, budget)
+    # half the free memory for a panel of x1 rows, the rest for one streamed chunk and its block
+    chunk = batch_size or max(1, min(max(n1, n2_), free // (4 * row_bytes)))
+    panel = max(chunk, (free // 2 // row_bytes) // chunk * chunk)
+    return KernelPlan(n1, n2_, symmetric, chunk, min(panel, n1), row_bytes, kernel_bytes, budget)
+
+
+def _jacobians_of(jacobians, sel, frozen, x, chunk):
+    """Per-leaf Jacobians of all rows of ``x``, formed ``chunk`` rows at a time (padding dropped)."""
+    parts = []
+    for c, n in zip(*_chunks(x, chunk)):
+        parts.append([j[:n] for j in jacobians(sel, frozen, c)])
+    return tuple(jnp.concatenate(js, axis=0) if len(js) > 1 else js[0] for js in zip(*parts))
+
+
+def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_size, what,
+             memory_budget=None):
     x1, x2 = _check_inputs(x1, x2)
     ps = _Params(params)
     C = _num_outputs(f, params, x1[0])
@@ -378,40 +490,26 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
     pos = {i: k for k, i in enumerate(sel_idx)}
     groups = tuple(tuple(pos[i] for i in g) for g in group_idx)
     sel, frozen = ps.split(sel_idx)
+    jacobians = _make_jacobian_fn(f, ps.treedef, len(ps.leaves), tuple(sel_idx), reduction, class_index)
+    contract = _make_contract_fn(groups, reduction, C)
 
-    block, block_sym = _make_block_fns(f, ps.treedef, len(ps.leaves), tuple(sel_idx), groups,
-                                       reduction, class_index, C)
-    G = len(groups)
+    # the plan: bytes of one input's Jacobian and of the kernels, against the budget
+    out_dtype = jax.eval_shape(lambda p, x: f(p, x), params, x1[0]).dtype
+    itemsize = jnp.dtype(out_dtype).itemsize
+    c_out = 1 if reduction == "class" else C
+    n1, n2 = x1.shape[0], (None if x2 is None else x2.shape[0])
+    per_pair = c_out * c_out if reduction in ("full", "flat") else 1
+    plan = plan_kernel(n1, n2, c_out * sum(int(sel[i].size) for i in range(len(sel))) * itemsize,
+                       len(groups) * n1 * (n2 or n1) * per_pair * itemsize,
+                       batch_size=batch_size, memory_budget=memory_budget)
 
-    if batch_size is None or (batch_size >= x1.shape[0] and (x2 is None or batch_size >= x2.shape[0])):
-        ks = block_sym(sel, frozen, x1) if x2 is None else block(sel, frozen, x1, x2)
+    if plan.panels == 1:  # every Jacobian formed once, one product per leaf
+        j1 = _jacobians_of(jacobians, sel, frozen, x1, plan.chunk)
+        j2 = j1 if x2 is None else _jacobians_of(jacobians, sel, frozen, x2, plan.chunk)
+        ks = contract(j1, j2)
     else:
-        c1, s1 = _chunks(x1, batch_size)
-        if x2 is None:
-            c2, s2 = c1, s1
-        else:
-            c2, s2 = _chunks(x2, batch_size)
-        grid = [[[None] * len(c2) for _ in c1] for _ in range(G)]
-        for i, (a, na) in enumerate(zip(c1, s1)):
-            for j, (b, nb) in enumerate(zip(c2, s2)):
-                if x2 is None and j < i:
-                    for g in range(G):
-                        grid[g][i][j] = _transpose_block(grid[g][j][i], reduction)
-                    continue
-                if x2 is None and i == j:
-                    out = block_sym(sel, frozen, a)
-                else:
-                    out = block(sel, frozen, a, b)
-                for g in range(G):
-                    grid[g][i][j] = out[g][:na, :nb]
-        ks = tuple(
-            jnp.concatenate([jnp.concatenate(r, axis=1) for r in grid[g]], axis=0) for g in range(G)
-        )
+        ks = _panelled(jacobians, contract, sel, frozen, x1, x2, plan, len(groups), reduction)
 
-    if reduction == "flat":
-        ks = tuple(
-            jnp.transpose(k, (0, 2, 1, 3)).reshape(k.shape[0] * C, k.shape[1] * C) for k in ks
-        )
     _warn_on_dtypes([x for x in (x1, x2) if x is not None], ps.leaves, ks[0].dtype)
     for k in ks:
         if _is_concrete(k) and not bool(jnp.all(jnp.isfinite(k))):
@@ -421,6 +519,56 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
                 "run?). Use float64 (jax_enable_x64) or check the parameters."
             )
     return ks
+
+
+def _split_rows(k, sizes, reduction):
+    """Split a block along its rows into pieces of ``sizes`` inputs (output layout)."""
+    per = k.shape[0] // sum(sizes)  # C rows per input in the flat layout, else 1
+    cuts = np.cumsum([s * per for s in sizes])[:-1]
+    return jnp.split(k, cuts, axis=0)
+
+
+def _panelled(jacobians, contract, sel, frozen, x1, x2, plan: KernelPlan, n_groups, reduction):
+    """The kernel block by block when the Jacobians do not all fit (:class:`KernelPlan`): a panel
+    of ``x1`` rows held, the column chunks streamed past it; progress reported with the plan.
+
+    Panels are whole chunks (``panel_rows`` is a multiple of ``chunk``), so the kernel is a grid of
+    chunk x chunk blocks; in the symmetric case the blocks below the diagonal are transposes."""
+    from ntkbook.progress import Progress
+
+    row_chunks, row_sizes = _chunks(x1, plan.chunk)
+    col_chunks, col_sizes = (row_chunks, row_sizes) if x2 is None else _chunks(x2, plan.chunk)
+    per_panel = plan.panel_rows // plan.chunk
+    panels = [range(r, min(r + per_panel, len(row_chunks))) for r in range(0, len(row_chunks), per_panel)]
+    grid = [dict() for _ in range(n_groups)]  # (row chunk, column chunk) -> block
+    todo = sum(len([c for c in range(len(col_chunks)) if x2 is not None or c >= rows[0]]) for rows in panels)
+    print(plan.describe(), flush=True)
+    with Progress(todo, desc=f"eNTK blocks ({plan.panels} panels)") as bar:
+        for rows in panels:
+            held = [[j[:row_sizes[r]] for j in jacobians(sel, frozen, row_chunks[r])] for r in rows]
+            jp = tuple(jnp.concatenate(js, axis=0) for js in zip(*held))
+            sizes = [row_sizes[r] for r in rows]
+            for c in range(len(col_chunks)):
+                if x2 is None and c < rows[0]:
+                    continue  # below the diagonal: a transpose of a block computed earlier
+                if x2 is None and c in rows:  # one of the panel's own chunks: already formed
+                    jc = tuple(held[c - rows[0]])
+                else:
+                    jc = tuple(j[:col_sizes[c]] for j in jacobians(sel, frozen, col_chunks[c]))
+                out = contract(jp, jc)
+                for g in range(n_groups):
+                    for r, piece in zip(rows, _split_rows(out[g], sizes, reduction)):
+                        grid[g][r, c] = piece
+                bar.update()
+    ks = []
+    for g in range(n_groups):
+        def block(r, c, g=g):
+            if (r, c) in grid[g]:
+                return grid[g][r, c]
+            return _transpose_block(grid[g][c, r], reduction)
+        ks.append(jnp.concatenate([jnp.concatenate([block(r, c) for c in range(len(col_chunks))], axis=1)
+                                   for r in range(len(row_chunks))], axis=0))
+    return tuple(ks)
 
 
 def entk(
@@ -433,6 +581,7 @@ def entk(
     class_index: int | None = None,
     param_filter: Filter = None,
     batch_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> jax.Array:
     """Materialised empirical NTK between the examples of ``x1`` and ``x2`` (``x2=None``: ``x1``).
 
@@ -444,15 +593,21 @@ def entk(
     reduction : ``"full"`` ``(N1, N2, C, C)``; ``"class"`` ``(N1, N2)`` (needs ``class_index``);
         ``"class_mean"`` ``(N1, N2)``; ``"flat"`` ``(N1*C, N2*C)`` with row index ``n*C + c``.
     param_filter : restrict the sum over parameters (layer-wise kernel); see the module docstring.
-    batch_size : compute per-example Jacobians for at most ``batch_size`` examples at a time and
-        assemble the kernel block by block (memory ``O(batch_size * C * P)`` plus the output).  With
-        ``x2=None`` only the blocks on and above the diagonal are computed.
+    batch_size : form the per-example Jacobians at most ``batch_size`` examples at a time (None: as
+        many as the memory budget allows).
+    memory_budget : bytes the Jacobians and the kernel may take at once (None:
+        :func:`default_memory_budget`, half of the free memory). When the Jacobians of all inputs
+        fit, each is formed exactly once and each parameter leaf is contracted in one matrix
+        product; otherwise the kernel is assembled from panels of rows, and the other inputs'
+        Jacobians are formed once per panel, which the run reports (:class:`KernelPlan`,
+        :func:`plan_kernel`). With ``x2=None`` only the blocks on and above the diagonal are
+        computed. The kernel's values do not depend on the plan beyond float round-off.
 
     The per-example Jacobians are obtained by ``vmap(jacrev(f))`` over examples (``C`` reverse passes
     per example; for ``"class"`` only the one needed output is differentiated).
     """
     (k,) = _kernels(f, params, x1, x2, [(None, param_filter)], reduction, class_index, batch_size,
-                    "param_filter")
+                    "param_filter", memory_budget)
     return k
 
 
@@ -466,14 +621,16 @@ def entk_layerwise(
     reduction: str = "full",
     class_index: int | None = None,
     batch_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> dict[str, jax.Array]:
     """Layer-wise eNTKs ``{name: kernel}``, one per filter of ``layers``, from one Jacobian pass.
 
     ``layers`` maps names to parameter filters (as ``param_filter`` of :func:`entk`).  By default it is
     :func:`default_layers`: one group per parent path of the leaves (e.g. one per ``Linear`` layer),
     which partitions the parameters, so the layer-wise kernels then sum to the full kernel.  Each
-    Jacobian chunk is computed once and contracted separately for every layer.  A filter selecting no
-    parameter raises ``InputError``.
+    Jacobian is formed once (within ``memory_budget``, as :func:`entk`) and each parameter leaf is
+    contracted once, into every layer that holds it.  A filter selecting no parameter raises
+    ``InputError``.
     """
     if layers is None:
         layers = default_layers(params)
@@ -481,7 +638,7 @@ def entk_layerwise(
         raise InputError("layers must name at least one parameter filter")
     names = list(layers)
     ks = _kernels(f, params, x1, x2, [(n, layers[n]) for n in names], reduction, class_index,
-                  batch_size, "layer")
+                  batch_size, "layer", memory_budget)
     return dict(zip(names, ks))
 
 
@@ -622,6 +779,7 @@ def entk_mean_logit(
     layers: Mapping[str, Filter] | None = None,
     param_filter: Filter = None,
     batch_size: int | None = None,
+    memory_budget: int | None = None,
 ):
     r"""The **mean-logit** eNTK: ``(N1, N2)``, the full kernel averaged over all ``C × C`` output pairs.
 
@@ -644,9 +802,9 @@ def entk_mean_logit(
         if param_filter is not None:
             raise InputError("pass either layers or param_filter, not both")
         return entk_layerwise(fbar, params, x1, x2, layers=layers, reduction="class", class_index=0,
-                              batch_size=batch_size)
+                              batch_size=batch_size, memory_budget=memory_budget)
     return entk(fbar, params, x1, x2, reduction="class", class_index=0, param_filter=param_filter,
-                batch_size=batch_size)
+                batch_size=batch_size, memory_budget=memory_budget)
 
 
 def entk_matvec_mean_logit(f, params, x, *, param_filter: Filter = None,
