@@ -1,7 +1,8 @@
 """Paper B, Gemma: eNTK eigenvectors vs PCA as detectors of parts of speech and morphology, per layer.
 
-For each point (layer ``L``, parameter set): the residual streams entering layer ``L`` of the N
-contexts of :mod:`ntkbook.experiments.gemma_pos_data` are computed once; the reduced operator
+For each point (layer ``L``, parameter set; :func:`ntkbook.gemma.modes.layer_point`): the residual
+streams entering layer ``L`` of the N contexts of :mod:`ntkbook.experiments.gemma_pos_data` are
+computed once; the reduced operator
 ``S^{1/2} K_r S^{1/2}`` (:mod:`ntkbook.gemma.operator`) is diagonalised matrix-free by Lanczos
 (:func:`ntkbook.ntk.eig.lanczos_topk`, full re-orthogonalisation, seeded, float64 vectors; the model runs
 in float32 at the highest matmul precision); each of the top ``k`` modes gives a score per context
@@ -139,67 +140,6 @@ def estimate_seconds(config: Config) -> float:
     return total
 
 
-def _layer_output_fn(cfg, L):
-    import jax  # noqa: PLC0415
-
-    from ntkbook.gemma import model as gemma_model  # noqa: PLC0415
-
-    def one(layers, h):
-        lp = {k: v[L] for k, v in layers.items()}
-        return gemma_model.run_layer(lp, h, cfg, L in cfg.global_layers)[-1]
-
-    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
-
-
-def identity_check(params, cfg, residuals, L: int, param_set=("k_norm",), directions: int = 32,
-                   gram_half: np.ndarray | None = None, block: int = 8192, seed: int = 0) -> dict:
-    """Nonzero spectrum of ``S^{1/2} K_r S^{1/2}`` vs that of the eNTK of all ``N V`` logits.
-
-    The Jacobian is taken along ``directions`` random orthonormal directions ``R`` of the chosen
-    parameters (the eNTK of the reparametrisation ``theta = theta_0 + R phi``; the identity holds
-    for any parameter set): ``J = J_r R`` (N d x r) by forward mode.  The logit side is
-    ``J_L^T J_L`` (r x r) with ``J_L = (I (x) U) J``, accumulated over blocks of the vocabulary in
-    float64, so the (N V x N V) logit kernel is never formed: its nonzero eigenvalues are those of
-    ``J_L^T J_L``.  Returns both spectra and their largest difference relative to the top eigenvalue.
-    """
-    import jax  # noqa: PLC0415
-
-    from ntkbook.gemma import operator as gemma_operator  # noqa: PLC0415
-    from ntkbook.gemma import model as gemma_model  # noqa: PLC0415
-
-    keys = gemma_operator.param_keys(param_set)
-    theta = {k: params["layers"][k][L] for k in keys}
-    flat0, unravel = jax.flatten_util.ravel_pytree(theta)
-    R, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((flat0.size, directions)))
-    rest = gemma_operator.forward_from_params(params)
-    h = jax.numpy.asarray(residuals)
-
-    def F(vec):
-        th = unravel(vec)
-        return jax.vmap(lambda x: gemma_model.forward_from(rest, cfg, x, L, layer_L=th)[-1])(h).reshape(-1)
-
-    jvp = jax.jit(jax.vmap(lambda t: jax.jvp(F, (flat0,), (t,))[1]))
-    J = np.asarray(jvp(jax.numpy.asarray(R.T, flat0.dtype)), np.float64).T  # (N d, r)
-    N, d = h.shape[0], cfg.d_model
-    Gh = gemma_operator.gram_sqrt(params["embed"]) if gram_half is None else np.asarray(gram_half, np.float64)
-    S_J = np.einsum("de,nep->ndp", Gh, J.reshape(N, d, -1)).reshape(N * d, -1)
-    ev_red = np.sort(np.linalg.eigvalsh(S_J @ S_J.T))[::-1]
-    U = np.asarray(params["embed"])
-    A = np.zeros((J.shape[1], J.shape[1]))
-    Jn = J.reshape(N, d, -1)
-    for s in range(0, U.shape[0], block):
-        Ub = U[s:s + block].astype(np.float64)
-        for n in range(N):
-            JL = Ub @ Jn[n]
-            A += JL.T @ JL
-    ev_logit = np.sort(np.linalg.eigvalsh(A))[::-1]
-    r = min(len(ev_red), len(ev_logit))
-    err = float(np.max(np.abs(ev_red[:r] - ev_logit[:r])) / ev_logit[0])
-    return {"ev_reduced": ev_red[:r], "ev_logit": ev_logit[:r], "rel_err": err, "P": int(flat0.size),
-            "directions": int(directions), "N": int(N), "param_set": list(keys),
-            "rest_max": float(np.max(np.abs(ev_red[r:])) / ev_logit[0]) if len(ev_red) > r else 0.0}
-
-
 def subset(labels: np.ndarray, n_per_class: int) -> np.ndarray:
     """Indices of the first ``n_per_class`` contexts of each class (the data set's order)."""
     out = []
@@ -228,8 +168,10 @@ def _tasks(data, config: Config):
     classes = data["classes"]
     labels = np.asarray(data["label"])
     pos_tasks = {c: labels == i for i, c in enumerate(classes)}
-    morph, morph_report = probe.morph_tasks(data["morph"], data["model_word"], min_support=config.min_support,
-                                         min_words=config.min_words, max_top_share=config.max_top_share)
+    # this experiment's filter lower-cases words (gemma_probe uses the author's, case-sensitive)
+    morph, morph_report = probe.morph_tasks(data["morph"], data["model_word"], case_sensitive=False,
+                                            min_support=config.min_support, min_words=config.min_words,
+                                            max_top_share=config.max_top_share)
     train, test = probe.stratified_split(labels, config.train_fraction, config.split_seed)
     # a morphological task needs positives and negatives in both halves
     morph = {k: v for k, v in morph.items() if 0 < v[train].sum() < len(train) and 0 < v[test].sum() < len(test)}
@@ -241,13 +183,11 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     Lanczos, the top ``pca_k`` principal components of the block output, and both scored one-vs-rest
     on the parts of speech and the morphological tasks; plus the spectrum-identity check.  Each
     point is checkpointed (see the module docstring)."""
-    import jax  # noqa: PLC0415
-
     from ntkbook import experiments  # noqa: PLC0415
+    from ntkbook.gemma import modes  # noqa: PLC0415
     from ntkbook.gemma import operator as gemma_operator  # noqa: PLC0415
     from ntkbook.gemma import weights as gemma_weights  # noqa: PLC0415
     from ntkbook.gemma import probe  # noqa: PLC0415
-    from ntkbook.ntk.eig import check_symmetric, lanczos_topk  # noqa: PLC0415
 
     points = points or PointStore(None)
     from ntkbook.gemma.model import GemmaConfig  # noqa: PLC0415
@@ -277,7 +217,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     def ident():
         res = gemma_operator.compute_residuals(params, cfg, contexts[:config.identity_contexts], config.identity_layer)
         t = time.perf_counter()
-        out = identity_check(params, cfg, res, config.identity_layer, gram_half=Gh)
+        out = modes.identity_check(params, cfg, res, config.identity_layer, gram_half=Gh)
         out["seconds"] = time.perf_counter() - t
         arrays = {k: out.pop(k) for k in ("ev_reduced", "ev_logit")}
         return arrays, out
@@ -288,30 +228,9 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     bar = Progress(len(points_of(config)), desc=f"{NAME} N={N}", quiet_seconds=0)
     for L, ps in points_of(config):
         def compute(L=L, ps=ps):
-            t = time.perf_counter()
-            res = gemma_operator.compute_residuals(params, cfg, contexts, L)
-            block_out = np.concatenate([np.asarray(_layer_output_fn(cfg, L)(params["layers"], res[s:s + 32]))
-                                        for s in range(0, N, 32)])
-            t_res = time.perf_counter() - t
-            op = gemma_operator.layer_operator(params, cfg, res, L, param_set=ps, gram_half=Gh, chunk=config.chunk)
-            with jax.enable_x64(True):
-                t = time.perf_counter()
-                check_symmetric(op, op.dim, trials=1, rtol=1e-4, dtype=jax.numpy.float64)
-                t_check = time.perf_counter() - t
-                t = time.perf_counter()
-                eig = lanczos_topk(op, op.dim, config.k, num_steps=config.lanczos_steps, seed=config.seed,
-                                   dtype=jax.numpy.float64, check=False, progress=f"Lanczos, layer {L} {ps}")
-                t_lanczos = time.perf_counter() - t
-                vecs = np.asarray(eig.eigenvectors)
-                lam = np.asarray(eig.eigenvalues)
-                ritz = np.asarray(eig.residual_norms)
-            entk_sc = gemma_operator.mode_scores(vecs, N, cfg.d_model)
-            pca_sc, pca_var = probe.pca_scores(block_out, config.pca_k)
-            scalars = {"layer": L, "param_set": ps, "num_params": op.num_params, "t_residuals": t_res,
-                       "t_symmetry_check": t_check, "t_lanczos": t_lanczos,
-                       "products": eig.num_matvecs, "t_per_product": t_lanczos / eig.num_matvecs}
-            return ({"eigenvalues": lam, "ritz_residuals": ritz, "entk_scores": entk_sc, "pca_scores": pca_sc,
-                     "pca_variance": pca_var}, scalars)
+            return modes.layer_point(params, cfg, contexts, L, ps, Gh, k=config.k,
+                                     lanczos_steps=config.lanczos_steps, seed=config.seed, chunk=config.chunk,
+                                     pca_k=config.pca_k)
 
         arrays, scalars = points.cached(f"L={L}-{ps}", compute)
         score_sets = {"entk": arrays["entk_scores"], "pca": arrays["pca_scores"]}
