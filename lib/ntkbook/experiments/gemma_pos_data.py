@@ -100,27 +100,10 @@ def run(config: Config, points: PointStore | None = None) -> Result:
         text = stories[s]
 
         def compute(s=s, text=text):
-            ids, offs = tok.encode_with_offsets(text)
-            doc = nlp(text)
-            cands, mis = pos_data.candidates(doc, offs, text, s, config.context_len)
-            drawn = pos_data.draw(cands, need(), config.per_story, config.seed)
-            ids = np.asarray(ids, np.int32)
-            ctx = np.stack([ids[c.token - config.context_len:c.token] for c in drawn]) if drawn \
-                else np.zeros((0, config.context_len), np.int32)
-            gen = []
-            for b in range(0, len(drawn), config.batch):
-                blk = ctx[b:b + config.batch]
-                padded = np.concatenate([blk, np.repeat(blk[-1:], config.batch - len(blk), 0)])
-                gen.extend(gemma_model.greedy_generate(params, cfg, padded, config.gen_tokens)[:len(blk)])
-            prefixes = [tok.decode(c) for c in ctx]
-            conts = [tok.decode(g) for g in gen]
-            mw = pos_data.model_words(nlp, prefixes, conts)
-            rows = [dict(story=c.story, token=c.token, char=c.char, word=c.word, pos=c.pos, morph=c.morph,
-                         model_word=None if m is None else m[0], model_pos=None if m is None else m[1],
-                         model_morph=None if m is None else m[2], continuation=cont, context_text=pre)
-                    for c, m, cont, pre in zip(drawn, mw, conts, prefixes)]
-            return {"contexts": ctx}, {"rows": rows, "misaligned": mis, "words": int(sum(
-                1 for t in doc if not t.is_space and t.pos_ in CLASSES))}
+            return pos_data.label_story(
+                text, s, tok=tok, nlp=nlp, context_len=config.context_len, batch=config.batch,
+                draw_fn=lambda cands: pos_data.draw(cands, need(), config.per_story, config.seed),
+                generate=lambda blk: gemma_model.greedy_generate(params, cfg, blk, config.gen_tokens))
 
         arrays, sc = points.cached(f"story={s}", compute)
         misaligned += sc["misaligned"]
