@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         times.append({"layer": L, "wall_s": wall, "t_lanczos": p["t_lanczos"], "t_residuals": p["t_residuals"],
                       "t_per_product": p["t_per_product"], "products": p["products"],
                       "device": result.provenance.get("device"), "computed": computed})
+        verdict = (f"eNTK - PCA test AP {p['pos_ap_diff_mean']:+.3f} over {config.n_splits} splits, robust "
+                   f"eNTK wins {p['pos_robust_wins_ap']}/{p['pos_n']}") if p["pos_n"] else "no task could be split"
         print(f"layer {L:2d}: {'computed' if computed else 'stored'} in {format_seconds(wall)} "
-              f"(Lanczos {format_seconds(p['t_lanczos'])}); parts of speech: eNTK - PCA test AP "
-              f"{p['pos_ap_diff_mean']:+.3f} over {config.n_splits} splits, robust eNTK wins "
-              f"{p['pos_robust_wins_ap']}/{p['pos_n']}", flush=True)
+              f"(Lanczos {format_seconds(p['t_lanczos'])}); parts of speech: {verdict}", flush=True)
         if args.times:
             Path(args.times).write_text(json.dumps(times, indent=1))
     return 0
