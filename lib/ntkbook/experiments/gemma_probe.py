@@ -296,6 +296,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
                  "morph_admitted": ev["morph_admitted"], "dropped_tasks": ev["dropped"],
                  "classes": classes, "morph_tasks": sorted(ev["morph"]), "N": N,
                  "stories": len(np.unique(story)), "split_max_shared_tokens": shared,
+                 # few stories leave StratifiedGroupKFold few ways to balance the classes: splits repeat
+                 "distinct_splits": len({te.tobytes() for _, te in ev["splits"]}),
                  "t_load": t_load, "t_gram": t_gram,
                  "data_stats": stats, "data_config": data.config,
                  "data_commit": data.provenance.get("git_commit"),
