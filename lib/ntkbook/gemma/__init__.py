@@ -6,4 +6,5 @@
 - :mod:`ntkbook.gemma.operator`   the layer operator ``S^1/2 K_r S^1/2`` (matrix-free) and mode scores
 - :mod:`ntkbook.gemma.pos_data`   the part-of-speech / morphology contexts from TinyStories (spaCy)
 - :mod:`ntkbook.gemma.probe`      one-vs-rest evaluation of per-example scores, PCA baseline
+- :mod:`ntkbook.gemma.modes`      one point of a layer sweep (eNTK modes by Lanczos, PCA), the spectrum identity
 """
