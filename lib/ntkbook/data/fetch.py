@@ -206,12 +206,10 @@ FILES: tuple[DataFile, ...] = (
 #: the data sets (folders of a data directory), in table order
 DATASETS: tuple[str, ...] = tuple(dict.fromkeys(f.dataset for f in FILES))
 
-#: the data sets each chapter's results are computed from (chapter = file name in book/ without
-#: ``.md``): what it reads at smoke scale, or to recompute a stored result (the paper-scale book
-#: reads none: it is built from results/). A chapter that needs none is listed with an empty tuple,
-#: so every chapter is accounted for
+#: the data sets each chapter reads (chapter = file name in book/ without ``.md``); a chapter that
+#: reads none is listed with an empty tuple, so every chapter is accounted for
 CHAPTERS: dict[str, tuple[str, ...]] = {
-    "intro": ("mnist", "fashion-mnist", "cifar10"),  # its Gram spectra are gram_conditioning's
+    "intro": ("mnist",),
     "ntk_in_one_page": (),
     "entk_lanczos": ("mnist",),
     "attention_width": ("mnist", "fashion-mnist", "cifar10"),
