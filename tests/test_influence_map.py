@@ -167,3 +167,116 @@ def test_flip_attack_beats_random_signs_on_its_own_objective(attend):
     assert res.objective < min(null_obj)
     assert flip >= max(null_flip)
     assert flip > 0
+
+
+# -- the experiment at smoke scale ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, data_dir):
+    """The smoke preset run once, its points checkpointed in a folder of its own."""
+    from ntkbook.experiments import influence_map
+    from ntkbook.store import PointStore
+
+    folder = tmp_path_factory.mktemp("points")
+    config = influence_map.Config.smoke()
+    return config, folder, influence_map.run(config, PointStore(folder, code="test"))
+
+
+def test_smoke_result_has_every_key_and_shape(smoke_run):
+    from ntkbook.experiments import influence_map
+
+    config, _, res = smoke_run
+    labels = list(influence_map.ridge_labels(config))
+    assert labels == ["lam=0.001", "nlam=0.001"] == res["ridges"]
+    S = len(config.seeds)
+    for task in config.tasks:
+        for model in config.models:
+            t = res["table"][f"{task}/{model}"]
+            for k in ("train_loss", "train_acc", "test_acc", "train_seconds"):
+                assert len(t[k]) == S
+            for label in labels:
+                assert res[f"{task}/{model}/influence_clean@{label}"].shape == (S, config.n_train)
+                for k in ("krr_test_acc", "frac_helpful", "frac_helpful_top", "ceiling"):
+                    assert 0.0 <= t[f"clean/{label}/{k}"][0] <= 1.0
+            assert res[f"{task}/{model}/loss_curve"].shape == res[f"{task}/{model}/loss_epochs"].shape
+            for eps in config.eps:
+                for attack in (*config.attacks, "null"):
+                    head = f"{attack}/{eps:g}"
+                    assert t[f"{head}/linf"][0] == pytest.approx(eps)  # every attack reaches the faces
+                    assert t[f"{head}/loss_after"][0] >= 0
+                    for label in labels:
+                        assert 0.0 <= t[f"{head}/{label}/flip"][0] <= 1.0
+                        assert -1.0 <= t[f"{head}/{label}/rho"][0] <= 1.0
+                assert len(t[f"pgd/{eps:g}/restart_losses"][0]) == config.pgd_restarts
+                assert t[f"pgd/{eps:g}/loss_after"][0] == max(t[f"pgd/{eps:g}/restart_losses"][0])
+                for label in labels:
+                    draws = t[f"null/{eps:g}/{label}/flip_draws"][0]
+                    assert len(draws) == config.null_draws
+                    assert t[f"null/{eps:g}/{label}/flip"][0] == pytest.approx(np.mean(draws))
+            flip_keys = [k for k in t if k.startswith("flipobj/")]
+            if task not in config.flip_tasks:
+                assert not flip_keys
+                continue
+            for eps in config.flip_eps:
+                for label in influence_map.flip_ridge_labels(config):
+                    head = f"flipobj/{eps:g}/{label}"
+                    assert t[f"{head}/objective"][0] < t[f"{head}/objective_clean"][0]
+                    assert t[f"{head}/objective_clean"][0] == pytest.approx(np.tanh(1.0))
+                    assert t[f"{head}/linf"][0] <= eps + 1e-12
+
+
+def test_smoke_references_bracket_the_flip_rates(smoke_run):
+    """On average over models, radii and ridges the ceiling is at least the null, the null at least
+    0; the flip-objective attack flips at least as many as the null where it runs."""
+    from ntkbook.experiments import influence_map
+
+    config, _, res = smoke_run
+    ceil, null = [], []
+    for task in config.tasks:
+        for model in config.models:
+            t = res["table"][f"{task}/{model}"]
+            for label in influence_map.ridge_labels(config):
+                ceil.append(t[f"clean/{label}/ceiling"][0])
+                null.append(np.mean([t[f"null/{e:g}/{label}/flip"][0] for e in config.eps]))
+            if task in config.flip_tasks:
+                for e in config.flip_eps:
+                    for label in influence_map.flip_ridge_labels(config):
+                        assert t[f"flipobj/{e:g}/{label}/flip"][0] >= t[f"null/{e:g}/{label}/flip"][0]
+    assert np.mean(ceil) >= np.mean(null) >= 0.0
+
+
+def test_smoke_run_resumes_from_its_points(smoke_run):
+    """A run stopped before its last attack point recomputes that point alone and gives the same
+    result."""
+    from ntkbook.experiments import influence_map
+    from ntkbook.store import PointStore
+
+    config, folder, res = smoke_run
+    last = sorted(folder.glob("*flipobj*.json"))[-1]
+    last.unlink()
+    points = PointStore(folder, code="test")
+    again = influence_map.run(config, points)
+    assert len(points.computed) == 1 and "flipobj" in points.computed[0]
+    assert len(points.reused) == (influence_map._units(config, config.tasks[0]) * len(config.models)
+                                  * len(config.seeds) - 1)
+    for key, table in res["table"].items():
+        for k, values in table.items():
+            if not k.endswith("seconds"):
+                assert again["table"][key][k] == values, (key, k)
+    for k, a in res.arrays.items():
+        np.testing.assert_array_equal(again.arrays[k], a)
+
+
+def test_plot_flip_vs_eps(smoke_run):
+    import matplotlib.pyplot as plt
+
+    from ntkbook.plotting.influence_map import plot_flip_vs_eps
+
+    config, _, res = smoke_run
+    fig = plot_flip_vs_eps(res, "nlam=0.001")
+    shown = [ax for ax in fig.axes if ax.axison]
+    assert len(shown) == len(config.tasks)
+    labels = [t.get_text() for leg in fig.findobj(plt.matplotlib.legend.Legend) for t in leg.get_texts()]
+    assert {"2L-ReLU", "MLP-Attn", "random-sign null", "independence ceiling", "flip objective"} <= set(labels)
+    plt.close(fig)
+    with pytest.raises(KeyError, match="no ridge"):
+        plot_flip_vs_eps(res, "lam=0.5")
