@@ -280,3 +280,35 @@ def test_plot_flip_vs_eps(smoke_run):
     plt.close(fig)
     with pytest.raises(KeyError, match="no ridge"):
         plot_flip_vs_eps(res, "lam=0.5")
+
+
+def test_map_agrees_with_the_main_experiment_where_they_overlap(data_dir):
+    """The same seed gives the same network as the main experiment's pipeline
+    (:func:`ntkbook.influence.interventions.evaluate`), and FGSM and MIM (deterministic) at its
+    radius give its flip rates and rhos, with lam and with n lam."""
+    import dataclasses
+
+    from ntkbook.experiments import influence_map
+    from ntkbook.influence import training
+    from ntkbook.influence.tasks import task_data, targets
+
+    config = dataclasses.replace(
+        influence_map.Config.smoke(), models=("attn",), eps=(0.1,), attacks=("fgsm", "mim"),
+        ridges=(1e-3,), ridges_per_point=(1e-3,), flip_tasks=(), flip_eps=())
+    res = influence_map.run(config)
+    t = res["table"]["mnist_3v8/attn"]
+    data = task_data("mnist_3v8", config.n_train, config.n_test)
+    xtr, ltr, xte, _, C = data
+    ztr, _ = attention.transform(xtr, xte, attend=True, normalize="row")
+    params, hist = training.train_model(ztr, targets(ltr, C), C, influence_map.train_recipe(config), 0, model="attn")
+    assert t["train_loss"][0] == float(hist["loss"][-1])
+    settings = interventions.EvalSettings(
+        lam=1e-3, top_fraction=config.top_fraction, eps=0.1, attacks=("fgsm", "mim"),
+        interventions=("adversarial",), pgd_steps=1, pgd_step_size=0.01, mim_steps=config.mim_steps,
+        mim_decay=config.mim_decay)
+    _, sc = interventions.evaluate(params, data, "attn", settings, 0, do_ablation=False)
+    for a in ("fgsm", "mim"):
+        assert t[f"{a}/0.1/lam=0.001/flip"][0] == sc[f"adversarial/{a}/flip"]
+        assert t[f"{a}/0.1/nlam=0.001/flip"][0] == sc[f"adversarial/{a}/flip_nlam"]
+        assert t[f"{a}/0.1/lam=0.001/rho"][0] == pytest.approx(sc[f"adversarial/{a}/rho"], abs=1e-12)
+        assert t[f"{a}/0.1/loss_after"][0] == sc[f"adversarial/{a}/loss_after"]
