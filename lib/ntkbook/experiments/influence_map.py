@@ -6,7 +6,8 @@ information. This sweep maps the flip rate over the radius and the ridge, betwee
 
 - the **random-sign null** (:func:`ntkbook.influence.references.random_sign_null`): ``+-eps`` per
   pixel with fair signs drawn in NumPy (the same draws whatever JAX's settings), ``null_draws``
-  draws per point, their flip rates averaged;
+  draws per point, their flip rates averaged (draws keyed by seed, radius and draw: the same signs
+  for both models);
 - the **independence ceiling** (:func:`ntkbook.influence.references.independence_ceiling`): the
   flip rate if the perturbed signs were independent of the clean ones.
 
@@ -289,6 +290,7 @@ def _measure(clean: dict[str, np.ndarray], after: dict[str, np.ndarray], fractio
 
 
 def _moved(x, xa) -> dict[str, float]:
+    """The largest pixel change and the mean L2 norm of a row's change."""
     delta = xa - x
     return {"linf": float(np.abs(delta).max()), "l2_mean": float(np.mean(np.linalg.norm(delta, axis=1)))}
 

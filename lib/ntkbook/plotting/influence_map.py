@@ -9,12 +9,22 @@ from __future__ import annotations
 import numpy as np
 
 from ntkbook.influence import readout
-from ntkbook.plotting import PALETTE, legend_in, panels
+from ntkbook.plotting import PALETTE, legend_in, log_ticks, panels
 from ntkbook.stats import mean_spread
 from ntkbook.store import Result
 
 MODEL_COLOR = {"relu": PALETTE[0], "attn": PALETTE[1]}
 ATTACK_MARKER = {"fgsm": "o", "pgd": "s", "mim": "^", "flipobj": "D"}
+
+
+def _spaced(values, decades: float = 0.4) -> list[float]:
+    """The values (increasing) kept at least ``decades`` apart on a log axis, the first kept: the
+    tick labels that do not overlap in a narrow panel."""
+    kept: list[float] = []
+    for value in values:
+        if not kept or np.log10(value / kept[-1]) >= decades:
+            kept.append(value)
+    return kept
 
 
 def _per_seed(result: Result, task: str, model: str, key: str) -> np.ndarray:
@@ -26,13 +36,14 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd"):
     standard deviation over seeds, :func:`ntkbook.stats.mean_spread`), at the ridge labelled
     ``ridge`` (``result["ridges"]``, e.g. ``"lam=0.001"`` or ``"nlam=0.001"``); the random-sign
     null (filled band: mean ± spread over seeds of the mean over draws) and the independence
-    ceiling (band between dashed lines) of each model; where the task has it at this ridge, the
+    ceiling (faint band: mean ± spread over seeds, dotted at its mean) of each model; where the task has it at this ridge, the
     flip-objective attack (dotted, diamonds). Two panels a row, the legend in the free cell."""
     if ridge not in result["ridges"]:
         raise KeyError(f"no ridge {ridge!r} in the result; it has {result['ridges']}")
     cfg = result.config
     tasks, eps = cfg["tasks"], np.asarray(cfg["eps"], dtype=np.float64)
-    fig, axes, spare = panels(len(tasks), row_height=2.9, spare=True, sharey=True)
+    fig, axes, spare = panels(len(tasks), row_height=2.9 if len(tasks) > 1 else 4.0, spare=True,
+                              sharey=True)
     any_untrained = any_flip = False
     for ax, task in zip(axes, tasks):
         for model in cfg["models"]:
@@ -58,6 +69,7 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd"):
                             mfc=mfc, capsize=2, ms=4)
                 any_flip = True
         ax.set_xscale("log")
+        log_ticks(ax.xaxis, _spaced(eps))
         ax.set_title(result["tasks"][task])
         ax.set_xlabel("ε (L∞)")
         ax.set_ylim(0, 100)
@@ -75,6 +87,6 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd"):
                               label="flip objective"))
     if any_untrained:
         handles.append(Line2D([], [], color="0.3", ls="--", marker="o", mfc="white", ms=4, label="not trained"))
-    legend_in(spare, fig, handles, [h.get_label() for h in handles])
+    legend_in(spare, fig, handles, [h.get_label() for h in handles], ncol=1 if spare is not None else 2)
     fig.suptitle(f"ridge {ridge.replace('nlam=', 'n·λ, λ = ').replace('lam=', 'λ = ')}")
     return fig
