@@ -41,21 +41,29 @@ Precision (``precision=`` of the materialised functions, :data:`PRECISIONS`)
     widest of them (float32 from float64 inputs), it warns (``UserWarning``) rather than casting,
     since a cast would change what the caller's model computes.
 
+    ``"float64"``: float64 throughout: the floating parameters and inputs are cast to float64 for
+    the Jacobians (a no-op when they already are: then the kernel is ``"model"``'s, bit for bit),
+    float64 products, a float64 kernel.  The reference the others are measured against; needs
+    ``jax_enable_x64`` (else ``InputError``).
+
     ``"float32_jacobians"``: the floating parameters and inputs are cast to float32 for the
     Jacobians only, which are formed and held in float32 (half the memory of float64, so twice the
     rows fit in a memory budget); each leaf's product multiplies them exactly and accumulates in
     float64 (``preferred_element_type``), and the kernel is float64.  Its only rounding beyond
-    float64's is each Jacobian entry's to float32 (relative 6e-8), so a kernel entry is off by about
-    1e-7 of the largest entries: the large eigenvalues keep about 7 digits, an eigenvalue ``r``
-    times below the largest about ``7 - log10(r)``.  Needs ``jax_enable_x64`` (else ``InputError``).
-    On XLA's CPU backend the product itself costs what float64's does (the float32 Jacobians are
-    widened to float64 before the matrix product); what it buys there is memory and the float32
-    Jacobian pass.
+    float64's is each Jacobian entry's to float32 (relative 6e-8), so a kernel entry moves by about
+    1e-7 of the largest entries, and an eigenvalue by at most the spectral norm of that
+    perturbation (Weyl's inequality): the small eigenvalues lose the most relative precision.  Needs ``jax_enable_x64`` (else ``InputError``).  XLA's CPU backend has no
+    mixed-precision matrix product: it widens the operands to float64 and multiplies in float64, so
+    the product costs what float64's does (it is widened slab by slab, :func:`_widening_dot`, so
+    that no float64 copy of a whole Jacobian is made).  What it buys on CPU is memory, and with it
+    fewer panels: the modular MLP's class-mean kernel (N = 841, width 512) holds 4 GB of
+    Jacobians instead of 8 GB (benchmarks/README.md).
 
     ``"float32"``: float32 throughout: float32 Jacobians, float32 products and accumulation, a
-    float32 kernel (about twice as fast a product as float64 on CPU).  Summing ``P`` products in
-    float32 adds an error growing with ``P``; the kernel entries agree with float64 to about 1e-6
-    relative on small models, less well on large ones.
+    float32 kernel: about twice as fast as float64 on CPU, half the memory.  Summing ``P``
+    products in float32 adds an error that grows with ``P``: on that modular MLP kernel the
+    eigenvalues moved by up to 1e-6 relative against float64's 1e-7 for ``"float32_jacobians"``
+    (tests/test_entk_precision.py); the cliffs and Fourier overlaps did not move for either.
 
     The parameters a model holds are never changed, and this module never changes JAX's global
     configuration.  Contractions use ``precision=jax.lax.Precision.HIGHEST`` so that GPUs do not
@@ -98,7 +106,7 @@ __all__ = [
 
 REDUCTIONS = ("full", "class", "class_mean", "flat")
 #: the ``precision=`` choices of the materialised kernels (see the module docstring)
-PRECISIONS = ("model", "float32_jacobians", "float32")
+PRECISIONS = ("model", "float64", "float32_jacobians", "float32")
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 Filter = Callable[[tuple], bool] | str | None
@@ -538,17 +546,14 @@ def _check_precision(precision: str) -> tuple[str | None, str | None]:
     if precision not in PRECISIONS:
         raise InputError(f"unknown precision {precision!r}; choose one of {PRECISIONS} (see the "
                          f"module docstring of ntkbook.ntk.entk for what each costs)")
-    if precision == "float32_jacobians":
-        if not jax.config.jax_enable_x64:
-            raise InputError(
-                'precision="float32_jacobians" accumulates the kernel in float64, which needs '
-                'jax_enable_x64: compute inside `with jax.enable_x64(True):` (or call '
-                'jax.config.update("jax_enable_x64", True) first), or choose precision="float32"'
-            )
-        return "float32", "float64"
-    if precision == "float32":
-        return "float32", None
-    return None, None
+    if precision in ("float64", "float32_jacobians") and not jax.config.jax_enable_x64:
+        raise InputError(
+            f'precision="{precision}" computes the kernel in float64, which needs jax_enable_x64: '
+            f'compute inside `with jax.enable_x64(True):` (or call '
+            f'jax.config.update("jax_enable_x64", True) first), or choose precision="float32"'
+        )
+    return {"model": (None, None), "float64": ("float64", None),
+            "float32_jacobians": ("float32", "float64"), "float32": ("float32", None)}[precision]
 
 
 def _cast_floating(a, dtype):
@@ -588,7 +593,7 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
                        batch_size=batch_size, memory_budget=memory_budget)
 
     xs = (x1, x2)
-    if jac_dtype is not None:  # the Jacobians in float32: parameters and inputs cast for them only
+    if jac_dtype is not None:  # parameters and inputs cast for the Jacobians only
         sel, frozen = ([_cast_floating(a, jac_dtype) for a in leaves] for leaves in (sel, frozen))
         xs = tuple(None if x is None else _cast_floating(x, jac_dtype) for x in xs)
     if plan.panels == 1:  # every Jacobian formed once, one product per leaf
@@ -606,7 +611,7 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
                 "the eNTK has non-finite entries although inputs and parameters are finite: the "
                 "model's outputs or gradients overflow at these parameters (a diverged training "
                 "run?). Use float64 (jax_enable_x64"
-                + (', and precision="model"' if precision != "model" else "")
+                + (', and precision="float64"' if jac_dtype == "float32" else "")
                 + ") or check the parameters."
             )
     return ks
@@ -695,7 +700,7 @@ def entk(
         :func:`plan_kernel`). With ``x2=None`` only the blocks on and above the diagonal are
         computed. The kernel's values do not depend on the plan beyond float round-off.
     precision : ``"model"`` (default: the dtype of the model's outputs, nothing cast),
-        ``"float32_jacobians"`` (float32 Jacobians, products accumulated in float64, a float64
+        ``"float64"`` (float64 throughout; needs ``jax_enable_x64``), ``"float32_jacobians"`` (float32 Jacobians, products accumulated in float64, a float64
         kernel; needs ``jax_enable_x64``) or ``"float32"`` (float32 throughout); the module
         docstring says what each costs and buys.
 
