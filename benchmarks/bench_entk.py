@@ -15,7 +15,9 @@ Measures, in one run and float64:
    given as matvecs, N*C from 10^3 to 10^5 (dense only while it fits);
 3. own Lanczos versus matfree's (accuracy, products, time);
 4. a layer-filtered product on an 8-layer MLP (filter = last layer), reusing the linearised forward
-   pass versus recomputing it in each product.
+   pass versus recomputing it in each product;
+5. the materialised class-mean kernel of the modular MLP (N = 841) at each ``precision=`` of the
+   engine: time, and the kernel's and eigenvalues' error against float64.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ntkbook.ntk.eig import dense_topk, lanczos_topk  # noqa: E402
-from ntkbook.ntk.entk import entk, entk_matvec  # noqa: E402
+from ntkbook.ntk.entk import PRECISIONS, entk, entk_matvec  # noqa: E402
 from timing import Timing, block, ratio, timeit  # noqa: E402,F401
 
 
@@ -280,6 +282,29 @@ def bench_filtered(quick):
               f"{ratio(t_n, t_r)} | {ratio(t_r, t_f)} |")
 
 
+def bench_precision(quick):
+    width = 128 if quick else 512
+    print(f"\n## 5. materialised class-mean kernel by precision (modular MLP p = 29, width {width}, "
+          f"N = 841)\n")
+    onehot, _ = modular_inputs()
+    params = mlp_init(jax.random.PRNGKey(0), width=width)
+    fns = [lambda pr=pr: entk(mlp, params, onehot, reduction="class_mean", precision=pr)
+           for pr in PRECISIONS]
+    times = timeit(fns, repeat=2 if quick else 3)
+    ref = np.asarray(block(fns[0]()))
+    lam_ref = np.linalg.eigvalsh(ref)[::-1]
+    print("| precision | time (s) | time / model's | kernel dtype | max abs err / max entry | "
+          "max rel err, top 56 eigenvalues | max rel err, all |")
+    print("|---|---|---|---|---|---|---|")
+    for pr, fn, t in zip(PRECISIONS, fns, times):
+        k = block(fn())
+        k64 = np.asarray(k, dtype=np.float64)
+        lam = np.linalg.eigvalsh(k64)[::-1]
+        rel = np.abs(lam - lam_ref) / np.abs(lam_ref)
+        print(f"| {pr} | {t.s()} | {ratio(t, times[0])} | {k.dtype} | "
+              f"{np.abs(k64 - ref).max() / np.abs(ref).max():.1e} | {rel[:56].max():.1e} | {rel.max():.1e} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
@@ -297,6 +322,7 @@ def main():
     bench_lanczos_vs_dense([int(s) for s in sizes.split(",")], args.max_dense, args.quick)
     bench_own_vs_matfree(args.quick)
     bench_filtered(args.quick)
+    bench_precision(args.quick)
     print(f"\ntotal benchmark time: {time.perf_counter() - t0:.0f} s")
 
 

@@ -52,6 +52,9 @@ from ntkbook.verdicts import PARTLY, REPRODUCES, ladder
 
 NAME = "modular_transformer"
 VERSION = "1"
+#: the precision of the engine's materialised kernels (ntkbook.ntk.entk.PRECISIONS), recorded in
+#: each new result's provenance: float64 throughout, as the stored layer-wise spectra were computed
+PRECISION = "float64"
 
 #: scalars that may be non-finite, and why (:func:`ntkbook.experiments.check_finite`)
 NONFINITE_ALLOWED = {
@@ -327,10 +330,11 @@ def group_kernels(params, p: int, reduction: str, batch_size: int | None = None)
     x = jnp.asarray(x)
     p64 = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
     if reduction == "mean_logit":
-        ks = entk.entk_mean_logit(transformer.apply, p64, x, layers=group_layers(), batch_size=batch_size)
+        ks = entk.entk_mean_logit(transformer.apply, p64, x, layers=group_layers(), batch_size=batch_size,
+                                  precision=PRECISION)
     elif reduction == "trace":
         ks = entk.entk_layerwise(transformer.apply, p64, x, layers=group_layers(), reduction="class_mean",
-                                  batch_size=batch_size or 64)
+                                  batch_size=batch_size or 64, precision=PRECISION)
     else:
         raise InputError(f"reduction must be 'mean_logit' or 'trace', got {reduction!r}")
     return {k: np.asarray(v, dtype=np.float64) for k, v in ks.items()}
