@@ -1,6 +1,7 @@
 """Benchmark of ntkbook.ntk.entk and ntkbook.ntk.eig (a script, not a test).
 
     .venv/bin/python benchmarks/bench_entk.py [--quick] [--max-dense N] [--sizes 1000,10000,...]
+                                              [--sections 1,2,3,4,5]
 
 Method: every timed call is waited for (``jax.block_until_ready`` on every array of its result,
 also the fields of an ``EigResult``), warmed up (compiled) before timing, and the calls compared
@@ -10,17 +11,22 @@ CPUs. Times are reported as min / median (± half the interquartile range), rati
 
 Measures, in one run and float64:
 1. time of one matrix-free eNTK product / time of one forward pass over the same inputs, for the
-   modular-addition MLP (p = 29) and a one-layer transformer (p = 29, 3 tokens);
+   modular-addition MLP (p = 29) and a one-layer transformer (p = 29, 3 tokens); and the chapter's
+   transformer (ntkbook.models.transformer) with the chapter's call, the mean-logit product over
+   all parameters and per parameter tensor;
 2. Lanczos top-25 versus dense eigh, time and memory, on random low-rank + noise PSD operators
    given as matvecs, N*C from 10^3 to 10^5 (dense only while it fits);
 3. own Lanczos versus matfree's (accuracy, products, time);
 4. a layer-filtered product on an 8-layer MLP (filter = last layer), reusing the linearised forward
-   pass versus recomputing it in each product.
+   pass versus recomputing it in each product;
+5. the materialised class-mean kernel of the modular MLP (N = 841) at each ``precision=`` of the
+   engine: time, and the kernel's and eigenvalues' error against float64.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import jax
@@ -30,8 +36,10 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ntkbook.experiments.modular_transformer import group_layers  # noqa: E402
+from ntkbook.models import transformer as chapter_transformer  # noqa: E402
 from ntkbook.ntk.eig import dense_topk, lanczos_topk  # noqa: E402
-from ntkbook.ntk.entk import entk, entk_matvec  # noqa: E402
+from ntkbook.ntk.entk import PRECISIONS, entk, entk_matvec, entk_matvec_mean_logit  # noqa: E402
 from timing import Timing, block, ratio, timeit  # noqa: E402,F401
 
 
@@ -149,7 +157,27 @@ def bench_matvec_ratio(quick):
     v = jnp.asarray(np.random.default_rng(1).standard_normal(op.dim))
     print(f"check on 40 inputs: max |K v - matvec(v)| / max |K v| = "
           f"{float(jnp.abs(K @ v - op(v)).max() / jnp.abs(K @ v).max()):.1e}")
+    bench_chapter_transformer(quick)
     return out
+
+
+def bench_chapter_transformer(quick):
+    """The chapter's call: entk_matvec_mean_logit on the book's transformer (p = 29, all 841 inputs,
+    float64), over all parameters and per parameter tensor (the experiment's groups)."""
+    print("\nThe chapter's transformer (ntkbook.models.transformer, p = 29, float64 init weights), its")
+    print("call: entk_matvec_mean_logit(transformer.apply, params, x, param_filter=group); forward =")
+    print("jitted vmapped transformer.apply (all p + 1 logits).\n")
+    print("| parameters | product (ms) | product / forward |")
+    print("|---|---|---|")
+    f = chapter_transformer.apply
+    params = chapter_transformer.init(jax.random.PRNGKey(0), dtype=jnp.float64)
+    x = jnp.asarray(chapter_transformer.dataset(P)[0])
+    fwd = jax.jit(jax.vmap(f, in_axes=(None, 0)))
+    v = jnp.asarray(np.random.default_rng(0).standard_normal(x.shape[0]))
+    for name, flt in [("all", None)] + list(group_layers().items()):
+        op = entk_matvec_mean_logit(f, params, x, param_filter=flt)
+        t_f, t_op = timeit([lambda: fwd(params, x), lambda: op(v)], repeat=7 if quick else 21)
+        print(f"| {name} | {t_op.ms()} | {ratio(t_op, t_f)} |")
 
 
 class LowRankPlusNoise:
@@ -280,6 +308,29 @@ def bench_filtered(quick):
               f"{ratio(t_n, t_r)} | {ratio(t_r, t_f)} |")
 
 
+def bench_precision(quick):
+    width = 128 if quick else 512
+    print(f"\n## 5. materialised class-mean kernel by precision (modular MLP p = 29, width {width}, "
+          f"N = 841)\n")
+    onehot, _ = modular_inputs()
+    params = mlp_init(jax.random.PRNGKey(0), width=width)
+    fns = [lambda pr=pr: entk(mlp, params, onehot, reduction="class_mean", precision=pr)
+           for pr in PRECISIONS]
+    times = timeit(fns, repeat=2 if quick else 3)
+    ref = np.asarray(block(fns[0]()))
+    lam_ref = np.linalg.eigvalsh(ref)[::-1]
+    print("| precision | time (s) | time / model's | kernel dtype | max abs err / max entry | "
+          "max rel err, top 56 eigenvalues | max rel err, all |")
+    print("|---|---|---|---|---|---|---|")
+    for pr, fn, t in zip(PRECISIONS, fns, times):
+        k = block(fn())
+        k64 = np.asarray(k, dtype=np.float64)
+        lam = np.linalg.eigvalsh(k64)[::-1]
+        rel = np.abs(lam - lam_ref) / np.abs(lam_ref)
+        print(f"| {pr} | {t.s()} | {ratio(t, times[0])} | {k.dtype} | "
+              f"{np.abs(k64 - ref).max() / np.abs(ref).max():.1e} | {rel[:56].max():.1e} | {rel.max():.1e} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
@@ -288,16 +339,25 @@ def main():
     ap.add_argument("--sizes", default=None, help="comma-separated n of section 2 "
                     "(default 1000,3000,10000,30000,100000; --quick: 1000,3000,10000)")
     ap.add_argument("--max-dense", type=int, default=3000)  # dense eigh only up to this n
+    ap.add_argument("--sections", default="1,2,3,4,5", help="comma-separated sections to run (default all)")
     args = ap.parse_args()
+    sections = {int(s) for s in args.sections.split(",")}
     sizes = args.sizes or ("1000,3000,10000" if args.quick else "1000,3000,10000,30000,100000")
     print(f"# bench_entk: jax {jax.__version__}, backend {jax.default_backend()}, "
-          f"devices {jax.devices()}, float64{', --quick' if args.quick else ''}")
+          f"devices {jax.devices()}, float64{', --quick' if args.quick else ''}, sections {args.sections}; "
+          f"load average (1, 5, 15 min) {os.getloadavg()} on {os.cpu_count()} CPUs")
     t0 = time.perf_counter()
-    bench_matvec_ratio(args.quick)
-    bench_lanczos_vs_dense([int(s) for s in sizes.split(",")], args.max_dense, args.quick)
-    bench_own_vs_matfree(args.quick)
-    bench_filtered(args.quick)
-    print(f"\ntotal benchmark time: {time.perf_counter() - t0:.0f} s")
+    if 1 in sections:
+        bench_matvec_ratio(args.quick)
+    if 2 in sections:
+        bench_lanczos_vs_dense([int(s) for s in sizes.split(",")], args.max_dense, args.quick)
+    if 3 in sections:
+        bench_own_vs_matfree(args.quick)
+    if 4 in sections:
+        bench_filtered(args.quick)
+    if 5 in sections:
+        bench_precision(args.quick)
+    print(f"\ntotal benchmark time: {time.perf_counter() - t0:.0f} s; load average at the end {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -232,6 +232,37 @@ def test_matvec_matches_materialised(name, reduction, flt):
             np.testing.assert_allclose(op(v), K @ v, rtol=TOL, atol=TOL)
 
 
+
+@pytest.mark.parametrize("name", ["mlp", "attn"])
+@pytest.mark.parametrize("reduction", ["flat", "class_mean"])
+@pytest.mark.parametrize("residuals", ["constants", "arguments"])
+def test_matvec_traces_and_compiles_once(name, reduction, residuals, monkeypatch):
+    """After its first product, an operator's products trace and compile nothing (JAX reports
+    every trace and compilation to jax.monitoring), with the residuals compiled in as constants
+    (small, the default here) or passed as arguments (above the size limit), and both match the
+    materialised kernel."""
+    if residuals == "arguments":
+        monkeypatch.setattr(entk, "_CONSTANT_RESIDUALS_BYTES", 0)
+    f, params, x1, _ = setup(name)
+    K = entk.entk(f, params, x1, reduction=reduction)
+    op = entk.entk_matvec(f, params, x1, reduction=reduction)
+    vs = [jnp.asarray(v) for v in np.random.default_rng(0).standard_normal((4, op.dim))]
+    outs = [op(vs[0])]
+    events = []
+
+    def record(event, duration, **kwargs):
+        events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(record)
+    try:
+        outs += [op(v) for v in vs[1:]]
+    finally:
+        jax.monitoring.unregister_event_duration_listener(record)
+    compiled = [e for e in events if e.startswith("/jax/core/compile/")]
+    assert not compiled, f"products 2-4 traced or compiled again: {compiled}"
+    for v, out in zip(vs, outs):
+        np.testing.assert_allclose(out, K @ v, rtol=TOL, atol=TOL)
+
 def test_nnx_split_model():
     from flax import nnx
 

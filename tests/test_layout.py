@@ -21,7 +21,7 @@ FLOORS = {
     "models": 3,
     "gemma": 4, "influence": 4, "lazy": 4,
     "experiments": 5,
-    "freshness": 6,
+    "freshness": 6, "claims": 6,
     "plotting": 7, "book": 7,
     "__main__": 8,
 }

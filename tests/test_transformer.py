@@ -318,6 +318,15 @@ def test_smoke_experiment(smoke):
         assert groups["W_U"]["overlaps"]["sum"] >= 0.9
         assert groups["W_U"]["window"] == 4 * K + 1
     g0 = pr[main]["groups"]
+    # the attention block's kernel is the sum of its four tensors' kernels: its trace is theirs
+    blk = pr[main]["blocks"]["attention"]
+    assert blk["members"] == ["W_Q", "W_K", "W_V", "W_O"]
+    lam_b = res[f"{main}/ml_eigenvalues/attention"]
+    assert lam_b.sum() == pytest.approx(sum(res[f"{main}/ml_eigenvalues/{n}"].sum() for n in blk["members"]),
+                                        rel=1e-9)
+    for info in list(g0.values()) + [blk]:
+        w = info["window_edge_ratios"]
+        assert set(w) == {"2K+1", "4K+1"} and all(r >= 1.0 for r in w.values())
     # attention values / output and the MLP input: axis-sum features, far above the additive chance
     for name in ("W_V", "W_O", "W_in"):
         assert g0[name]["overlaps"]["axis_sum"] >= 0.8 > 2 * g0[name]["chance_additive"]
@@ -332,6 +341,38 @@ def test_smoke_experiment(smoke):
     assert {r["claim"] for r in rows} == {"B.tf.grokking", "B.tf.key_freqs", "B.tf.attn_axis_sum",
                                           "B.tf.out_sum", "B.tf.replay", "B.tf.dynamics"}
     assert all(r["verdict"] in ("reproduces", "partly", "does not") for r in rows)
+    by = {r["claim"]: r for r in rows}
+    assert "attention block (Q, K, V, O)" in by["B.tf.attn_axis_sum"]["ours"]
+    assert "fresh seeds that grok" in by["B.tf.attn_axis_sum"]["ours"]
+    assert "fresh seeds: 1 of 1 grok" in by["B.tf.grokking"]["ours"]
+    assert res[f"{main}/final_params_flat"].size == sum(
+        int(np.prod(s)) for s in transformer.param_shapes(modular_transformer.Config.smoke().shape).values())
+
+
+def test_attention_block_kernel_on_the_stored_replay_weights():
+    """The claim B.tf.attn_axis_sum is judged on the attention block's kernel (Q, K, V, O
+    together): recomputed here from the replay's stored trained weights, it matches the stored
+    analysis, and aligns with the axis-sum features by the chapter's rule."""
+    from ntkbook.paths import results_dir
+    from ntkbook.store import Store
+
+    cfg = modular_transformer.Config.paper()
+    store = Store(results_dir(), scale="paper")
+    assert store.has(NAME := modular_transformer.NAME, modular_transformer.VERSION, cfg), (
+        f"{NAME} is not stored in results/ at paper scale")
+    res = store.load(NAME, modular_transformer.VERSION, cfg)
+    assert res["main"] == "replay"
+    params = modular_transformer._unflatten(np.asarray(res["replay/final_params_flat"]), cfg.shape)
+    stored = res["per_run"]["replay"]["blocks"]["attention"]
+    bases = features.key_frequency_bases(cfg.p, res["per_run"]["replay"]["key_frequencies"])
+    with jax.enable_x64(True):
+        kernels = modular_transformer.group_kernels(params, cfg.p, "mean_logit")
+    block = sum(kernels[n] for n in modular_transformer.BLOCKS["attention"])
+    info = modular_transformer.analyse_group(block, cfg.p, bases, cfg.n_eigvecs)
+    for fam, ov in stored["overlaps"].items():
+        assert info["overlaps"][fam] == pytest.approx(ov, abs=1e-8)
+    assert modular_transformer.claim_verdict("axis_sum", info) == stored["verdict"]
+    assert info["overlaps"]["axis_sum"] >= 0.9 and info["leading"] == "axis_sum"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -138,8 +138,9 @@ CATALOGUE: tuple[Claim, ...] = (
        "aligned (qualitative)", "modular_transformer"),
     _C("B.tf.out_sum", "B", "Those of the MLP output and the unembedding align with "
        "$\\cos(\\omega_k (a + b))$ (sum features).", "aligned (qualitative)", "modular_transformer"),
-    _C("B.tf.replay", "B", "Replaying the author's notebook: the unembedding's top-eigenvector windows "
-       "overlap with the sum features.", "3.9647/4 and 3.9399/4", "modular_transformer"),
+    _C("B.tf.replay", "B", "Replaying the author's notebook: the unembedding's eigenvectors 0–4 overlap "
+       "with the sum features, and its eigenvectors 5–8 with the axis-sum features.",
+       "3.9647/4 and 3.9399/4", "modular_transformer"),
     _C("B.tf.dynamics", "B", "The alignment with the sum features rises during training, fastest near "
        "grokking.", "fastest near grokking (qualitative)", "modular_transformer"),
     _C("B.gemma.spectrum_identity", "B", "For Gemma-3-270M the reduced operator "

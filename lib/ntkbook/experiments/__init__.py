@@ -12,7 +12,11 @@ Each experiment module defines
   (e.g. "the epoch at which accuracy crossed 90 %: NaN when it never did"); any other non-finite
   scalar makes the run fail instead of being stored (:func:`check_finite`),
 - optionally what :mod:`ntkbook.freshness` uses to re-verify a stored entry
-  (``REPRODUCE_TOLERANCE``, ``reproduce_sample``, ``sample_view``).
+  (``REPRODUCE_TOLERANCE``, ``reproduce_sample``, ``sample_view``),
+- ``PRECISION`` when it computes materialised eNTKs (required then; a test checks it): the
+  ``precision=`` it passes to :mod:`ntkbook.ntk.entk` (one of ``entk.PRECISIONS``), with its
+  reason; :func:`run_and_save` records it in the provenance of each new result (changing it changes
+  the stored numbers: a new ``VERSION``).
 
 :func:`load_or_run` is what chapters call: the paper-scale result comes from ``results/``
 (computed and saved there when missing); the smoke-scale result is computed from scratch.
@@ -247,6 +251,8 @@ def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = Fals
     def compute(points):
         result = module.run(config, points)
         check_finite(name, result, getattr(module, "NONFINITE_ALLOWED", None))
+        if hasattr(module, "PRECISION"):
+            result.provenance["precision"] = module.PRECISION
         return result
 
     return store.get_or_compute(name, module.VERSION, config, compute,

@@ -40,6 +40,10 @@ from ntkbook.store import PointStore, Result
 
 NAME = "entk_cost"
 VERSION = "1"
+#: the precision of the engine's materialised kernel (ntkbook.ntk.entk.PRECISIONS), recorded in
+#: each new result's provenance: float64 throughout, the precision at which the chapters compute
+#: the kernels whose cost is measured here
+PRECISION = "float64"
 
 #: outputs of the network: the ten digits
 NUM_CLASSES = 10
@@ -225,7 +229,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
         forward = jax.jit(jax.vmap(mlp.apply, in_axes=(None, 0)))
 
         def materialise():
-            return entk.entk(mlp.apply, params, xb, reduction="flat", batch_size=10)
+            return entk.entk(mlp.apply, params, xb, reduction="flat", batch_size=10, precision=PRECISION)
 
         seconds = {
             "seconds_forward": best_seconds(lambda: forward(params, xb), config.repeats),

@@ -40,6 +40,10 @@ from ntkbook.verdicts import ladder, weakest
 
 NAME = "lanczos_ghosts"
 VERSION = "1"
+#: the precision of the engine's materialised kernel (ntkbook.ntk.entk.PRECISIONS), recorded in
+#: each new result's provenance: float64 throughout, since the dense spectrum is the exact
+#: reference against which the recurrence's round-off (its ghosts) is told apart
+PRECISION = "float64"
 
 #: every result key, spelled out: operator -> quantity -> key (the quantities of the two runs start
 #: with the run, "plain" or "reorth")
@@ -249,7 +253,8 @@ def entk_operator(config: Config):
     params = two_layer.init(jax.random.PRNGKey(config.seed), x.shape[1], config.entk_width, symmetric=False,
                             dtype=jnp.float64)
     op = entk.entk_matvec(two_layer.apply, params, xj, reduction="class_mean")
-    dense = np.asarray(entk.entk(two_layer.apply, params, xj, reduction="class_mean"))
+    dense = np.asarray(entk.entk(two_layer.apply, params, xj, reduction="class_mean",
+                                 precision=PRECISION))
     exact = np.sort(np.linalg.eigvalsh((dense + dense.T) / 2))[::-1]
     return (lambda v: np.asarray(op(jnp.asarray(v)))), exact, op
 

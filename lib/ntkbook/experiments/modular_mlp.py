@@ -42,6 +42,11 @@ from ntkbook.verdicts import by_threshold, ladder
 
 NAME = "modular_mlp"
 VERSION = "1"
+#: the precision of the engine's materialised kernels (ntkbook.ntk.entk.PRECISIONS), recorded in
+#: each new result's provenance: float64 throughout, as the stored spectra were computed; float32
+#: Jacobians would keep the cliffs and overlaps (tests/test_entk_precision.py) but move the small
+#: eigenvalues beyond the reproduce tolerance, i.e. a new VERSION
+PRECISION = "float64"
 
 #: scalars that may be non-finite, and why (:func:`ntkbook.experiments.check_finite`)
 NONFINITE_ALLOWED = {
@@ -232,7 +237,7 @@ def class_mean_kernel(config: Config, params) -> np.ndarray:
         return modular.class_mean_entk_closed_form(params, x, config.activation)
     p64 = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
     k = entk.entk(modular.make_apply(config.activation), p64, jnp.asarray(x, dtype=jnp.float64),
-                   reduction="class_mean", batch_size=_batch_size(config))
+                   reduction="class_mean", batch_size=_batch_size(config), precision=PRECISION)
     return np.asarray(k, dtype=np.float64)
 
 
@@ -306,7 +311,7 @@ def crosscheck(config: Config, params, lam_used: np.ndarray, k: int) -> dict[str
     N = config.p**2
     t0 = time.perf_counter()
     K_engine = np.asarray(entk.entk(f, p64, x, reduction="class_mean",
-                                     batch_size=_batch_size(config)))
+                                     batch_size=_batch_size(config), precision=PRECISION))
     t_kernel = time.perf_counter() - t0
     K_closed = modular.class_mean_entk_closed_form(params, np.asarray(x), config.activation)
     t0 = time.perf_counter()
