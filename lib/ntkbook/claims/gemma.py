@@ -1,0 +1,326 @@
+"""Paper B's Gemma claims, read from the stored ``gemma_probe`` results: the tables of the chapter
+and the scorecard's verdict rules.
+
+The measurement is :mod:`ntkbook.experiments.gemma_probe`: contexts in disjoint 64-token windows
+(:mod:`ntkbook.experiments.gemma_pos_windows`), each part of speech and morphological feature
+scored one-vs-rest by the best eNTK mode and the best principal component, chosen on one side of a
+split **by story** and tested on the other, over ``n_splits`` such splits.  Per task it stores the
+eNTK - PCA differences of test AP and AUROC on every split (``<family>_splits`` rows of
+:func:`ntkbook.gemma.probe.split_robustness`).  Here those differences are read:
+
+- **the verdict metric is AP.**  A class is a few percent to an eighth of the contexts, and a
+  detector of it is useful where the class fills the top of its ranking, which AP weighs and AUROC
+  (all positive-negative pairs alike) does not; and the paper's own claims ("8 of 8", "all but
+  one") hold in the author's table (:data:`AUTHOR_LAYER16`) by AP, not by AUROC.  AUROC is shown
+  beside it;
+- **a task is an eNTK win** when the eNTK's test AP is above PCA's in at least :data:`WIN_SHARE`
+  of the splits (:func:`robust`); one split decides little.
+
+:func:`scorecard` judges the ``B.gemma.*`` claims of :data:`ntkbook.book.scorecard.CATALOGUE`
+from the stored paper-preset result; every other function here is a pure reading of a
+:class:`~ntkbook.store.Result` that the chapter shows.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ntkbook.experiments import gemma_probe
+from ntkbook.gemma.probe import ROBUST_WIN_SHARE
+from ntkbook.numbers import sci
+from ntkbook.store import Result
+from ntkbook.verdicts import DOES_NOT, by_threshold, ladder
+
+__all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_ADMITTED", "AUTHOR_LAYER16",
+           "FIRST_SWEEP_LAYERS", "N_LAYERS", "stored", "data_set", "main_layer", "robust", "robust_wins",
+           "macro_difference", "split_table", "morph_admitted_beside_author", "author_wins",
+           "probe_sweep", "first_sweep", "depth_rows", "depth_reading", "top_contexts", "scorecard"]
+
+#: the experiments whose stored paper-preset results :func:`scorecard` reads
+EXPERIMENTS = ("gemma_probe",)
+#: the author's layer (the down-projection of layer 16), where the claims are judged
+MAIN_LAYER = 16
+#: a task is an eNTK win only where the eNTK's test AP is above PCA's in at least this share of
+#: the splits by story (the reason for 80 %: :data:`ntkbook.gemma.probe.ROBUST_WIN_SHARE`)
+WIN_SHARE = ROBUST_WIN_SHARE
+#: the task families: what the chapter and the scorecard call them
+FAMILIES = {"pos": "parts of speech", "morph": "morphological features"}
+#: Gemma-3-270M's layers, all of which the depth sweep covers once stored
+N_LAYERS = 18
+
+#: the features the author's filter admits on the author's data (Stanza labels), as printed by his
+#: notebook (``gemma_3_270m.ipynb``, jylin04/mi-ntk @ 696d01b, the cell after the filter's definition)
+AUTHOR_MORPH_ADMITTED = ("Number=Sing", "Person=3", "PronType=Prs", "Mood=Ind", "VerbForm=Fin", "Tense=Past",
+                         "Number=Plur", "VerbForm=Inf")
+
+#: the author's layer-16 test numbers (one stratified 50 % split; his notebook's output tables, same
+#: commit): family -> task -> (eNTK AP, PCA AP, eNTK AUROC, PCA AUROC); morphology: the admitted
+#: features only.  Read to show which metric his claims rest on (:func:`author_wins`).
+AUTHOR_LAYER16: dict[str, dict[str, tuple[float, float, float, float]]] = {
+    "pos": {"PUNCT": (0.352936, 0.258191, 0.789900, 0.741176),
+            "PRON": (0.346307, 0.222273, 0.702916, 0.722935),
+            "PROPN": (0.627905, 0.565565, 0.927909, 0.903634),
+            "DET": (0.293674, 0.283822, 0.758057, 0.602190),
+            "ADV": (0.569135, 0.374120, 0.803223, 0.596366),
+            "CCONJ": (0.318152, 0.171329, 0.728027, 0.585868),
+            "NOUN": (0.943178, 0.750528, 0.980992, 0.940499),
+            "VERB": (0.735946, 0.645422, 0.924142, 0.865409)},
+    "morph": {"Number=Sing": (0.722252, 0.647329, 0.805684, 0.715660),
+              "Person=3": (0.620330, 0.618058, 0.813202, 0.831781),
+              "PronType=Prs": (0.346307, 0.222273, 0.702916, 0.722935),
+              "Mood=Ind": (0.877293, 0.807298, 0.986116, 0.977538),
+              "VerbForm=Fin": (0.877293, 0.807298, 0.986116, 0.977538),
+              "Tense=Past": (0.840006, 0.730394, 0.957330, 0.947491),
+              "Number=Plur": (0.092431, 0.193510, 0.474481, 0.568119),
+              "VerbForm=Inf": (0.987716, 0.271265, 0.999525, 0.905050)},
+}
+
+#: the layers of the first data set's sweep (``gemma_features``, N = 256; its windows overlap and
+#: one random split decided), shown beside the new sweep until all 18 layers of it are stored
+FIRST_SWEEP_LAYERS = (8, 11, 14, 16, 17)
+
+
+# ---- stored results ----------------------------------------------------------------------------
+
+def stored(name: str, scale: str = "paper", **overrides) -> Result | None:
+    """The stored entry of experiment ``name`` at the preset ``scale`` with ``overrides``, or None
+    when it is not stored; never computes."""
+    from ntkbook import experiments  # noqa: PLC0415
+
+    module = experiments.get(name)
+    config = experiments.make_config(name, scale, **overrides)
+    store = experiments.store_for(scale)
+    return store.load(name, module.VERSION, config) if store.has(name, module.VERSION, config) else None
+
+
+def data_set(result: Result) -> Result:
+    """The ``gemma_pos_windows`` entry a ``gemma_probe`` result read its contexts from (stored by
+    that run at its ``data_scale``; never computed here)."""
+    from ntkbook import experiments  # noqa: PLC0415
+    from ntkbook.errors import InputError  # noqa: PLC0415
+
+    name, scale = "gemma_pos_windows", result.config["data_scale"]
+    module = experiments.get(name)
+    config = experiments.config_from_dict(name, result["data_config"])
+    store = experiments.store_for(scale)
+    if not store.has(name, module.VERSION, config):
+        raise InputError(f"the {scale}-scale data set of this gemma_probe result is not stored in {store.root}; "
+                         f"run `python -m ntkbook run {name} --scale {scale}`")
+    return store.load(name, module.VERSION, config)
+
+
+def main_layer(result: Result) -> int:
+    """The layer the claims are judged at: :data:`MAIN_LAYER` when the result has it, else its first."""
+    layers = [p["layer"] for p in result["points"] if p["param_set"] == "down_proj"]
+    return MAIN_LAYER if MAIN_LAYER in layers else layers[0]
+
+
+# ---- the verdict rule and the per-task table -----------------------------------------------------
+
+def robust(row: Mapping, metric: str = "ap", share: float = WIN_SHARE) -> bool:
+    """Whether the eNTK is ahead of PCA on the task of ``row`` (a ``<family>_splits`` row) in test
+    ``metric`` in at least ``share`` of the splits."""
+    return row[f"{metric}_win_share"] >= share
+
+
+def robust_wins(rows: list[Mapping], metric: str = "ap", share: float = WIN_SHARE) -> list[str]:
+    """The tasks of ``rows`` that are eNTK wins by :func:`robust`."""
+    return [r["task"] for r in rows if robust(r, metric, share)]
+
+
+def macro_difference(rows: list[Mapping], metric: str = "ap") -> tuple[float, float, float]:
+    """The eNTK - PCA difference of ``metric`` averaged over the tasks of ``rows`` (``<family>_splits``
+    rows), split by split: its mean and standard deviation over the splits, and the share of splits
+    where it is positive."""
+    per_split = np.mean([r[f"{metric}_diff"] for r in rows], axis=0)  # (n_splits,)
+    std = float(per_split.std(ddof=1)) if len(per_split) > 1 else 0.0
+    return float(per_split.mean()), std, float(np.mean(per_split > 0))
+
+
+def split_table(point: Mapping, family: str) -> list[dict]:
+    """One row per task of ``family`` at a point: ``task``, ``support``, mean test AP of the eNTK
+    and of PCA over the splits, ``ap_diff`` (eNTK - PCA, mean), ``ap_std`` (over splits),
+    ``ap_share`` (splits with the eNTK ahead), the same for AUROC, ``chance_ap`` (the test base rate
+    of the first split), ``win`` (:func:`robust` by AP), and the per-split differences
+    ``ap_diffs`` and ``auroc_diffs``."""
+    chance = {r["task"]: r["entk_base_rate"] for r in point.get(family, [])}
+    return [{"task": r["task"], "support": r["support"], "entk_ap": r["entk_ap_mean"], "pca_ap": r["pca_ap_mean"],
+             "ap_diff": r["ap_diff_mean"], "ap_std": r["ap_diff_std"], "ap_share": r["ap_win_share"],
+             "auroc_diff": r["auroc_diff_mean"], "auroc_std": r["auroc_diff_std"], "auroc_share": r["auroc_win_share"],
+             "chance_ap": chance.get(r["task"], float("nan")), "win": robust(r),
+             "ap_diffs": r["ap_diff"], "auroc_diffs": r["auroc_diff"]}
+            for r in point.get(f"{family}_splits", [])]
+
+
+def morph_admitted_beside_author(result: Result) -> list[dict]:
+    """The features the author's filter admits on our data (``morph_admitted``) beside those it
+    admitted on his (:data:`AUTHOR_MORPH_ADMITTED`): one row per feature of either list (ours first,
+    then his others), with ``ours`` and ``author`` (admitted or not) and, where our data has the
+    feature, its ``support``, distinct ``words`` and the reason our filter dropped it."""
+    report = {r["feature"]: r for r in result["morph_report"]}
+    admitted = [r["feature"] for r in result["morph_admitted"]]
+    order = admitted + [f for f in AUTHOR_MORPH_ADMITTED if f not in admitted]
+    rows = []
+    for f in order:
+        r = report.get(f)
+        rows.append({"feature": f, "ours": f in admitted, "author": f in AUTHOR_MORPH_ADMITTED,
+                     "support": r["support"] if r else 0, "words": r["words"] if r else 0,
+                     "reason": (r["reason"] if r else "no context has it") if f not in admitted else ""})
+    return rows
+
+
+def author_wins(family: str, metric: str) -> tuple[int, int]:
+    """On how many tasks of ``family`` the eNTK is ahead of PCA by ``metric`` ("ap" or "auroc") in
+    the author's layer-16 table (:data:`AUTHOR_LAYER16`), and of how many."""
+    col = {"ap": (0, 1), "auroc": (2, 3)}[metric]
+    rows = AUTHOR_LAYER16[family].values()
+    return sum(r[col[0]] > r[col[1]] for r in rows), len(rows)
+
+
+# ---- the depth sweep -----------------------------------------------------------------------------
+
+def probe_sweep(n_per_class: int, scale: str = "paper", layers=gemma_probe.SWEEP_LAYERS) -> dict[int, Result]:
+    """The stored ``gemma_probe`` entries of the depth sweep (:func:`gemma_probe.sweep_overrides`
+    at ``n_per_class``), by layer; layers not stored yet are absent."""
+    found = {L: stored("gemma_probe", scale, **gemma_probe.sweep_overrides(L, n_per_class)) for L in layers}
+    return {L: r for L, r in found.items() if r is not None}
+
+
+def first_sweep(n_per_class: int = 32) -> dict[int, Result]:
+    """The stored entries of the first data set's sweep (``gemma_features`` at N = 8 ``n_per_class``,
+    :data:`FIRST_SWEEP_LAYERS`; its layer-16 entry also held the spectrum-identity check), by layer."""
+    found = {L: stored("gemma_features", "paper", n_per_class=n_per_class, data_n_per_class=n_per_class,
+                       layers=(L,), whole_layer_at=(17,) if L == 17 else (), identity_contexts=2 if L == 16 else 0)
+             for L in FIRST_SWEEP_LAYERS}
+    return {L: r for L, r in found.items() if r is not None}
+
+
+def depth_rows(sweep: Mapping[int, Result], data: str) -> list[dict]:
+    """One row per (layer, parameter set) point of a sweep's results, for the parts of speech:
+    ``data`` (the label of the data set, as given), ``layer``, ``param_set``, ``N``, ``splits``,
+    the macro test AP of the eNTK and of PCA, ``ap_diff`` (eNTK - PCA) with ``ap_std`` and
+    ``ap_share`` over splits, ``auroc_diff``, ``wins`` of ``n`` classes, ``num_params`` and
+    ``t_lanczos``.  A ``gemma_probe`` point gives means over its splits by story and robust wins
+    (:func:`robust`); a ``gemma_features`` point (first data set) its one split, with ``ap_std``
+    None and ``wins`` counted on that split."""
+    rows = []
+    for L in sorted(sweep):
+        res = sweep[L]
+        for p in res["points"]:
+            row = {"data": data, "layer": p["layer"], "param_set": p["param_set"], "N": res["N"],
+                   "n": p.get("pos_n", 0), "num_params": p["num_params"], "t_lanczos": p["t_lanczos"],
+                   "t_per_product": p["t_per_product"]}
+            if "pos_splits" in p:
+                over = p["pos_splits"]
+                ap, ap_std, ap_share = macro_difference(over, "ap")
+                row.update(splits=len(over[0]["ap_diff"]), entk_ap=float(np.mean([r["entk_ap_mean"] for r in over])),
+                           pca_ap=float(np.mean([r["pca_ap_mean"] for r in over])), ap_diff=ap, ap_std=ap_std,
+                           ap_share=ap_share, auroc_diff=macro_difference(over, "auroc")[0],
+                           wins=len(robust_wins(over)))
+            else:
+                row.update(splits=1, entk_ap=p["pos_entk_ap"], pca_ap=p["pos_pca_ap"],
+                           ap_diff=p["pos_entk_ap"] - p["pos_pca_ap"], ap_std=None,
+                           ap_share=float(p["pos_entk_ap"] > p["pos_pca_ap"]),
+                           auroc_diff=p["pos_entk_auroc"] - p["pos_pca_auroc"], wins=p["pos_entk_wins_ap"])
+            rows.append(row)
+    return rows
+
+
+def _layers(layers: list[int]) -> str:
+    return ", ".join(map(str, layers)) if layers else "none"
+
+
+def depth_reading(rows: list[dict]) -> str:
+    """Where the parts of speech are best detected in depth, computed from the down-projection rows
+    of one data set (:func:`depth_rows`) and saying how many layers it rests on: the layer where
+    the eNTK's macro AP is highest and where PCA's is, and the layers where the eNTK is ahead of
+    PCA in macro AP in at least :data:`WIN_SHARE` of the splits (one split: ahead on it)."""
+    down = sorted((r for r in rows if r["param_set"] == "down_proj"), key=lambda r: r["layer"])
+    if not down:
+        return "No layer of this data set is stored yet."
+    k = len(down)
+    best_e = max(down, key=lambda r: r["entk_ap"])
+    best_p = max(down, key=lambda r: r["pca_ap"])
+    splits = down[0]["splits"]
+    ahead = [r["layer"] for r in down if r["ap_share"] >= (WIN_SHARE if splits > 1 else 1.0)]
+    behind = [r["layer"] for r in down if r["ap_diff"] <= 0]
+    where = (f"in at least {WIN_SHARE:.0%} of the {splits} splits by story" if splits > 1 else "on its one split")
+    text = (f"On {down[0]['data']} ({k} of {N_LAYERS} layers: {_layers([r['layer'] for r in down])}; "
+            f"N = {down[0]['N']}), the best eNTK mode per class reaches its highest macro AP at layer "
+            f"{best_e['layer']} ({best_e['entk_ap']:.2f}), the best principal component at layer "
+            f"{best_p['layer']} ({best_p['pca_ap']:.2f}). The eNTK is ahead of PCA in macro AP {where} at "
+            f"layer(s) {_layers(ahead)}")
+    text += f", and behind it on average at layer(s) {_layers(behind)}." if behind else "."
+    if k < N_LAYERS:
+        text += f" This rests on {k} of the {N_LAYERS} layers; the others are not stored yet."
+    return text
+
+
+# ---- top-activating contexts -----------------------------------------------------------------------
+
+def top_contexts(result: Result, task: str, n: int, layer: int | None = None) -> tuple[dict, np.ndarray]:
+    """The first split's row of part of speech ``task`` at ``layer`` (default :func:`main_layer`)
+    and the indices of the ``n`` contexts with the highest score on its chosen eNTK mode and sign."""
+    layer = main_layer(result) if layer is None else layer
+    p = gemma_probe.point(result, layer)
+    row = next(r for r in p["pos"] if r["task"] == task)
+    scores = np.asarray(result[gemma_probe.point_key(layer, "down_proj", "entk_scores")])
+    return row, np.argsort(-(row["entk_sign"] * scores[row["entk_mode"]]), kind="stable")[:n]
+
+
+# ---- the scorecard ---------------------------------------------------------------------------------
+
+def _family_row(result: Result, family: str, claim: str, need: str) -> dict:
+    layer = main_layer(result)
+    p = gemma_probe.point(result, layer)
+    n_splits = result.config["n_splits"]
+    scale = (f"layer {layer} down_proj, N = {result['N']} contexts from {result['stories']} stories, "
+             f"{n_splits} splits by story")
+    rule = (f"a {'class' if family == 'pos' else 'feature'} is an eNTK win when its test AP is above PCA's in "
+            f"at least {WIN_SHARE:.0%} of the splits")
+    over = p.get(f"{family}_splits", [])
+    if not over:
+        return {"claim": claim, "ours": f"no {FAMILIES[family][:-1]} task", "verdict": DOES_NOT,
+                "note": f"no {family} task passed the filters and the splits ({scale})"}
+    n = len(over)
+    wins, wins_auroc = robust_wins(over), robust_wins(over, "auroc")
+    # "all but one" is a weaker test than "all" only with at least 3 tasks
+    full = n if need == "all" or n < 3 else n - 1
+    ap, ap_std, _ = macro_difference(over, "ap")
+    ours = (f"eNTK wins on {len(wins)}/{n} by AP ({', '.join(wins) or 'none'}); macro AP difference "
+            f"{ap:+.3f} ± {ap_std:.3f} over splits; by AUROC on {len(wins_auroc)}/{n}")
+    return {"claim": claim, "ours": ours, "verdict": by_threshold(len(wins), full, n / 2),
+            "note": f"{scale}; {rule}; reproduces if the eNTK wins on {need} of them (with fewer than 3 tasks: "
+                    "on all), partly if on at least half"}
+
+
+def scorecard(results: Mapping[str, Result]) -> list[dict]:
+    """Rows for the ``B.gemma.*`` claims from the stored paper-preset ``gemma_probe`` result
+    (``results["gemma_probe"]``; no rows when it is absent): the spectrum identity (reproduces
+    below 10⁻⁶ of λ₁, partly below 10⁻³), parts of speech (robust AP wins on every class) and
+    morphology (on all but one feature), and the purity of the top contexts of each class's
+    chosen mode (reproduces at a mean of 0.8, partly at 0.5)."""
+    result = results.get("gemma_probe")
+    if result is None:
+        return []
+    rows = []
+    idt = result["identity"]
+    if idt:
+        err = idt["rel_err"]
+        rows.append({"claim": "B.gemma.spectrum_identity", "ours": f"max eigenvalue difference {sci(err, 1)} × λ₁",
+                     "verdict": ladder(err < 1e-6, err < 1e-3),
+                     "note": f"N = {idt['N']}, P = {idt['P']} ({'+'.join(idt['param_set'])}); reproduces below "
+                             "10⁻⁶ (partly below 10⁻³)"})
+    rows.append(_family_row(result, "pos", "B.gemma.pos_vs_pca", "all"))
+    rows.append(_family_row(result, "morph", "B.gemma.morph_vs_pca", "all but one"))
+    layer = main_layer(result)
+    n_top = min(10, result["N"] // 8)
+    m = float(np.mean([r["purity"] for r in gemma_probe.purity(result, layer, n=n_top)]))
+    rows.append({"claim": "B.gemma.top_contexts", "ours": f"mean top-{n_top} purity {m:.2f}",
+                 "verdict": by_threshold(m, 0.8, 0.5),
+                 "note": f"share of the class among the {n_top} top contexts of the mode chosen for it on the first "
+                         f"split's training side (layer {layer}, N = {result['N']}); reproduces at ≥ 0.8, "
+                         "partly at ≥ 0.5"})
+    return rows

@@ -1,0 +1,145 @@
+"""The readings of the Gemma probe (ntkbook.claims.gemma) on synthetic gemma_probe results: a win
+counts only where it holds in WIN_SHARE of the splits, the scorecard's verdicts and notes, the
+morphology filter beside the author's, the depth sweep's rows and reading, and the figures."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from ntkbook.claims import gemma as claims  # noqa: E402
+from ntkbook.experiments import gemma_probe  # noqa: E402
+from ntkbook.gemma.pos_data import CLASSES  # noqa: E402
+from ntkbook.store import Result  # noqa: E402
+
+N_SPLITS = 20
+
+
+def _split_row(task: str, share: float, support: int = 40, gap: float = 0.05) -> dict:
+    """A ``<family>_splits`` row whose eNTK is ahead (by ``gap``) in ``share`` of the splits, behind
+    (by ``gap`` / 2) in the others; AUROC moves the same way at half the size."""
+    wins = round(share * N_SPLITS)
+    ap = np.array([gap] * wins + [-gap / 2] * (N_SPLITS - wins))
+    row = {"task": task, "support": support, "n_splits": N_SPLITS}
+    for metric, d in (("ap", ap), ("auroc", ap / 2)):
+        row.update({f"{metric}_diff": d.tolist(), f"{metric}_diff_mean": float(d.mean()),
+                    f"{metric}_diff_std": float(d.std(ddof=1)), f"{metric}_win_share": float(np.mean(d > 0)),
+                    f"robust_win_{metric}": bool(np.mean(d > 0) >= 0.8),
+                    f"entk_{metric}_mean": 0.5 + float(d.mean()), f"pca_{metric}_mean": 0.5})
+    return row
+
+
+def _result(pos_shares, morph_shares, layer: int = 16, n_per_class: int = 12) -> Result:
+    """A gemma_probe result at one layer: per class / feature the given share of splits won; the
+    first split's chosen mode of class ``c`` is mode ``c``, whose score is 1 on that class (purity 1)."""
+    labels = np.repeat(np.arange(len(CLASSES)), n_per_class)
+    N = len(labels)
+    scores = (labels[None, :] == np.arange(len(CLASSES))[:, None]).astype(float)
+    first = [{"task": c, "support": n_per_class, "entk_mode": i, "entk_sign": 1, "entk_base_rate": 1 / 8,
+              "entk_ap": 0.6, "pca_ap": 0.5} for i, c in enumerate(CLASSES)]
+    morph = [f"Feat{i}=X" for i in range(len(morph_shares))]
+    point = {"layer": layer, "param_set": "down_proj", "num_params": 640 * 2048, "t_lanczos": 1.0,
+             "t_per_product": 0.1, "pos": first, "pos_n": len(CLASSES),
+             "pos_splits": [_split_row(c, s) for c, s in zip(CLASSES, pos_shares)],
+             "morph": [{"task": f, "entk_base_rate": 0.1} for f in morph], "morph_n": len(morph),
+             "morph_splits": [_split_row(f, s) for f, s in zip(morph, morph_shares)]}
+    config = dataclasses.replace(gemma_probe.Config.paper(), layers=(layer,))
+    return Result(gemma_probe.NAME, dataclasses.asdict(config),
+                  arrays={gemma_probe.point_key(layer, "down_proj", "entk_scores"): scores},
+                  scalars={"points": [point], "N": N, "stories": N, "labels": labels.tolist(),
+                           "classes": list(CLASSES),
+                           "identity": {"rel_err": 2e-9, "N": 2, "P": 10, "param_set": ["k_norm"]},
+                           "morph_report": [{"feature": f, "support": 40, "words": 15, "top_word": "w", "top_share": 0.1,
+                                             "kept": True, "reason": ""} for f in morph]
+                           + [{"feature": "Person=3", "support": 40, "words": 9, "top_word": "he", "top_share": 0.3,
+                               "kept": False, "reason": "9 distinct words < 12"}],
+                           "morph_admitted": [{"feature": f, "support": 40, "words": 15, "top_word": "w",
+                                               "top_share": 0.1} for f in morph]})
+
+
+def test_a_win_counts_at_80_percent_of_the_splits_not_at_60():
+    assert claims.WIN_SHARE == 0.8
+    at80, at60 = _split_row("DET", 0.8), _split_row("NOUN", 0.6)
+    assert at80["ap_win_share"] == 0.8 and at60["ap_win_share"] == 0.6
+    assert claims.robust(at80) and not claims.robust(at60)
+    assert claims.robust_wins([at80, at60]) == ["DET"]
+    # the rule is the reading's, not the stored flag's: a stricter share drops the 80 % win
+    assert claims.robust_wins([at80, at60], share=0.9) == []
+
+
+def test_scorecard_verdicts_by_robust_ap_wins():
+    every = {r["claim"]: r for r in claims.scorecard({"gemma_probe": _result([0.8] * 8, [1.0, 0.8, 0.6])})}
+    assert set(every) == {"B.gemma.spectrum_identity", "B.gemma.pos_vs_pca", "B.gemma.morph_vs_pca",
+                          "B.gemma.top_contexts"}
+    assert all(r["verdict"] in ("reproduces", "partly", "does not") for r in every.values())
+    pos = every["B.gemma.pos_vs_pca"]
+    assert pos["verdict"] == "reproduces" and pos["ours"].startswith("eNTK wins on 8/8 by AP")
+    assert "80%" in pos["note"] and "20 splits by story" in pos["note"] and "reproduces if" in pos["note"]
+    # morphology: 2 of 3 features won is "all but one"
+    assert every["B.gemma.morph_vs_pca"]["verdict"] == "reproduces"
+    assert "2/3" in every["B.gemma.morph_vs_pca"]["ours"]
+    assert every["B.gemma.spectrum_identity"]["verdict"] == "reproduces"
+    assert every["B.gemma.top_contexts"]["verdict"] == "reproduces"   # purity 1 by construction
+    # one class won in 60 % of the splits only: not a win, so 7/8 (partly); 4 classes: still half
+    one_short = {r["claim"]: r for r in claims.scorecard({"gemma_probe": _result([0.8] * 7 + [0.6], [0.8, 0.6, 0.6])})}
+    assert one_short["B.gemma.pos_vs_pca"]["verdict"] == "partly"
+    assert "7/8" in one_short["B.gemma.pos_vs_pca"]["ours"] and "VERB" not in one_short["B.gemma.pos_vs_pca"]["ours"]
+    assert one_short["B.gemma.morph_vs_pca"]["verdict"] == "does not"   # 1 of 3 < half
+    half = {r["claim"]: r for r in claims.scorecard({"gemma_probe": _result([0.8] * 4 + [0.6] * 4, [])})}
+    assert half["B.gemma.pos_vs_pca"]["verdict"] == "partly"
+    assert half["B.gemma.morph_vs_pca"]["verdict"] == "does not" and half["B.gemma.morph_vs_pca"]["ours"].startswith("no")
+    assert claims.scorecard({}) == []
+
+
+def test_macro_difference_and_split_table():
+    rows = [_split_row("a", 1.0), _split_row("b", 0.5)]
+    mean, std, share = claims.macro_difference(rows)
+    per_split = (np.array(rows[0]["ap_diff"]) + np.array(rows[1]["ap_diff"])) / 2
+    assert mean == pytest.approx(per_split.mean()) and std == pytest.approx(per_split.std(ddof=1))
+    assert share == pytest.approx(np.mean(per_split > 0))
+    res = _result([0.8] * 7 + [0.6], [])
+    table = claims.split_table(gemma_probe.point(res, 16), "pos")
+    assert [r["task"] for r in table] == list(CLASSES) and [r["win"] for r in table] == [True] * 7 + [False]
+    assert table[0]["chance_ap"] == 1 / 8 and len(table[0]["ap_diffs"]) == N_SPLITS
+
+
+def test_morph_filter_beside_the_authors_and_the_authors_metric():
+    rows = claims.morph_admitted_beside_author(_result([0.8] * 8, [0.8]))
+    by = {r["feature"]: r for r in rows}
+    assert rows[0]["feature"] == "Feat0=X" and by["Feat0=X"]["ours"] and not by["Feat0=X"]["author"]
+    assert by["Person=3"] == {"feature": "Person=3", "ours": False, "author": True, "support": 40, "words": 9,
+                              "reason": "9 distinct words < 12"}
+    assert by["VerbForm=Inf"]["reason"] == "no context has it"
+    assert set(claims.AUTHOR_MORPH_ADMITTED) <= set(by)
+    # the author's own layer-16 table supports "8 of 8" and "all but one" by AP only
+    assert claims.author_wins("pos", "ap") == (8, 8) and claims.author_wins("pos", "auroc") == (7, 8)
+    assert claims.author_wins("morph", "ap") == (7, 8) and claims.author_wins("morph", "auroc") == (5, 8)
+
+
+def _first_data_set_result(layer: int, entk_ap: float, pca_ap: float) -> Result:
+    p = {"layer": layer, "param_set": "down_proj", "num_params": 1, "t_lanczos": 1.0, "t_per_product": 0.1,
+         "pos_n": 8, "pos_entk_ap": entk_ap, "pos_pca_ap": pca_ap, "pos_entk_auroc": 0.8, "pos_pca_auroc": 0.7,
+         "pos_entk_wins_ap": 5}
+    return Result("gemma_features", {}, scalars={"points": [p], "N": 256})
+
+
+def test_depth_rows_and_reading_say_which_data_and_how_many_layers():
+    new = claims.depth_rows({16: _result([0.8] * 8, []), 17: _result([0.6] * 8, [], layer=17)}, "the new data")
+    assert [(r["layer"], r["splits"], r["wins"]) for r in new] == [(16, 20, 8), (17, 20, 0)]
+    assert new[0]["ap_std"] > 0 and new[0]["ap_share"] == 0.8   # every class wins on the same 16 splits
+    reading = claims.depth_reading(new)
+    assert reading.startswith("On the new data (2 of 18 layers: 16, 17;")
+    assert "at layer(s) 16" in reading and "rests on 2 of the 18 layers" in reading
+    old = claims.depth_rows({8: _first_data_set_result(8, 0.40, 0.45), 16: _first_data_set_result(16, 0.5, 0.4)},
+                            "the first data set")
+    assert [(r["splits"], r["ap_std"], r["wins"]) for r in old] == [(1, None, 5), (1, None, 5)]
+    assert old[0]["ap_diff"] == pytest.approx(-0.05)
+    text = claims.depth_reading(old)
+    assert "on its one split at layer(s) 16" in text and "behind it on average at layer(s) 8" in text
+    assert claims.depth_reading([]) == "No layer of this data set is stored yet."
+
