@@ -121,28 +121,38 @@ def _load(name, **overrides):
 
 
 def _gemma_figures():
-    from ntkbook.experiments import gemma_features as gf
+    from ntkbook.claims import gemma as claims
+    from ntkbook.experiments import gemma_probe
     from ntkbook.plotting import gemma
 
-    res = _load("gemma_features", layers=(16,), n_per_class=128, data_n_per_class=128)
-    layer, rows = 16, gf.point(res, 16)["pos"]
+    res = _load("gemma_probe")
+    layer = claims.main_layer(res)
+    p = gemma_probe.point(res, layer)
+    rows = p["pos"]
     best = sorted(rows, key=lambda r: -r["entk_ap"])
     a = best[0]
     b = next((r for r in best[1:] if r["entk_mode"] != a["entk_mode"]), best[1])
-    sweep = [_load("gemma_features", n_per_class=32, data_n_per_class=32, layers=(L,),
-                   whole_layer_at=(17,) if L == 17 else (), identity_contexts=2 if L == 16 else 0)
-             for L in (8, 11, 14, 16, 17)]
     if b["pca_mode"] == a["pca_mode"]:
-        n_pcs = len(res[gf.point_key(layer, "down_proj", "pca_variance")])
+        n_pcs = len(res[gemma_probe.point_key(layer, "down_proj", "pca_variance")])
         b_pc = next(i for i in range(n_pcs) if i != a["pca_mode"])
     else:
         b_pc = b["pca_mode"]
+    # the depth sweep as the chapter reads it: the stored layers, and the first data set's beside them
+    sweep = claims.probe_sweep(32)
+    depth = claims.depth_rows(sweep, "disjoint windows")
+    if len(sweep) < claims.N_LAYERS:
+        depth += claims.depth_rows(claims.first_sweep(32), "first data set")
+    title = f"layer {layer}, N = {res['N']}, {res.config['n_splits']} splits by story"
     return {
         "spectrum": lambda: gemma.plot_spectrum(res, layer),
-        "pos": lambda: gemma.plot_tasks(rows, f"Parts of speech, layer {layer}, N = {res['N']}"),
+        "pos": lambda: gemma.plot_split_differences(claims.split_table(p, "pos"), f"Parts of speech, {title}",
+                                                    claims.WIN_SHARE),
+        "morph": lambda: gemma.plot_split_differences(claims.split_table(p, "morph"),
+                                                      f"Morphological features, layer {layer}, N = {res['N']}",
+                                                      claims.WIN_SHARE),
         "scatter": lambda: gemma.plot_mode_scatter(res, layer, modes=(a["entk_mode"], b["entk_mode"]),
                                                    pcs=(a["pca_mode"], b_pc)),
-        "layers": lambda: gemma.plot_layer_sweep([p for r in sweep for p in r["points"]]),
+        "depth": lambda: gemma.plot_depth(depth, hollow=("first data set",)),
     }
 
 

@@ -1,13 +1,13 @@
-"""Figures of the Gemma chapter: spectra, per-task eNTK vs PCA, mode scores by class, layer sweep."""
+"""Figures of the Gemma chapter: spectra, eNTK vs PCA per task over the splits, mode scores by class, depth."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ntkbook.experiments.gemma_features import SUMMARY_KEYS, point_key
+from ntkbook.experiments.gemma_probe import point_key
 from ntkbook.plotting import new_figure
 
-__all__ = ["plot_spectrum", "plot_tasks", "plot_mode_scatter", "plot_layer_sweep", "CLASS_COLORS"]
+__all__ = ["plot_spectrum", "plot_split_differences", "plot_mode_scatter", "plot_depth", "CLASS_COLORS"]
 
 CLASS_COLORS = {"PUNCT": "#4c72b0", "PRON": "#dd8452", "PROPN": "#55a868", "DET": "#c44e52",
                 "ADV": "#8172b3", "CCONJ": "#937860", "NOUN": "#da8bc3", "VERB": "#8c8c8c"}
@@ -33,27 +33,6 @@ def plot_spectrum(result, layer: int = 16, param_set: str = "down_proj"):
     return fig
 
 
-def plot_tasks(rows: list[dict], title: str, metric: str = "auroc"):
-    """Test ``metric`` of the chosen eNTK mode and PCA component for each task (grouped bars)."""
-    names = [r["task"] for r in rows]
-    e = [r[f"entk_{metric}"] for r in rows]
-    p = [r[f"pca_{metric}"] for r in rows]
-    x = np.arange(len(rows))
-    fig, ax = new_figure(1, height=3.4)
-    ax.bar(x - 0.2, e, 0.4, label="eNTK mode", color="C0")
-    ax.bar(x + 0.2, p, 0.4, label="PCA component", color="C1")
-    if metric == "auroc":
-        ax.axhline(0.5, color="k", lw=0.8, ls="--")
-    else:
-        base = [r["entk_base_rate"] for r in rows]
-        ax.scatter(x, base, marker="_", s=300, color="k", zorder=3, label="chance (base rate)")
-    ax.set_xticks(x, names, rotation=90)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel(f"test {metric.upper()}")
-    ax.set_title(title)
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3 if metric == "auroc" else 2)
-    return fig
-
 
 def plot_mode_scatter(result, layer: int = 16, param_set: str = "down_proj", modes=(0, 1), pcs=(0, 1)):
     """Contexts in the plane of two eNTK modes (left) and two principal components (right), by class
@@ -76,23 +55,74 @@ def plot_mode_scatter(result, layer: int = 16, param_set: str = "down_proj", mod
     return fig
 
 
-def plot_layer_sweep(points: list[dict], metric: str = "auroc"):
-    """Macro ``metric`` over the parts of speech by layer, eNTK (down_proj) vs PCA, and the eNTK of
-    the whole layer where computed.  ``points``: summary rows of ``gemma_features`` results
-    (``result["points"]``, possibly of several results)."""
-    pts = sorted((p for p in points if p["param_set"] == "down_proj"), key=lambda p: p["layer"])
-    whole = sorted((p for p in points if p["param_set"] == "layer"), key=lambda p: p["layer"])
-    fig, ax = new_figure(1, width=4.6, height=3.2)
-    L = [p["layer"] for p in pts]
-    entk_key, pca_key = SUMMARY_KEYS["pos"][f"entk_{metric}"], SUMMARY_KEYS["pos"][f"pca_{metric}"]
-    ax.plot(L, [p[entk_key] for p in pts], "o-", label="eNTK (down_proj)")
-    ax.plot(L, [p[pca_key] for p in pts], "s--", label="PCA")
-    if whole:
-        ax.plot([p["layer"] for p in whole], [p[entk_key] for p in whole], "*", ms=12,
-                label="eNTK (whole layer)")
-    ax.set_xlabel("layer")
-    ax.set_xticks(sorted({p["layer"] for p in points}))
-    ax.set_ylabel(f"macro {metric.upper()}")
-    ax.set_title("parts of speech, by layer")
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2)
+def plot_split_differences(rows: list[dict], title: str, win_share: float):
+    """Per task, the eNTK - PCA difference of test AP (a, the verdicts' metric) and of test AUROC
+    (b, beside it) over the splits by story: one dot per split, the mean with one standard
+    deviation, filled where the eNTK is ahead in at least ``win_share`` of the splits.  ``rows``:
+    :func:`ntkbook.claims.gemma.split_table` rows."""
+    fig, axes = new_figure(2, height=3.6, sharey=True)
+    x = np.arange(len(rows))
+    rng = np.random.default_rng(0)  # horizontal jitter of the per-split dots, for legibility only
+    for ax, metric, name in ((axes[0], "ap", "(a) test AP (verdicts)"), (axes[1], "auroc", "(b) test AUROC")):
+        for i, r in enumerate(rows):
+            d = np.asarray(r[f"{metric}_diffs"])
+            ax.plot(i + rng.uniform(-0.18, 0.18, len(d)), d, ".", ms=3, color="0.6", zorder=1,
+                    label="one split" if i == 0 else None)
+        mean = np.array([r[f"{metric}_diff"] for r in rows])
+        std = np.array([r[f"{metric}_std"] for r in rows])
+        won = np.array([r[f"{metric}_share"] >= win_share for r in rows], dtype=bool)
+        ax.errorbar(x, mean, yerr=std, fmt="none", ecolor="C0", elinewidth=1.2, zorder=2)
+        ax.plot(x[won], mean[won], "o", color="C0", ms=6, zorder=3,
+                label=f"mean ± sd, eNTK ahead in ≥ {win_share:.0%} of splits")
+        ax.plot(x[~won], mean[~won], "o", mfc="white", mec="C0", ms=6, zorder=3, label="mean ± sd, otherwise")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(x, [r["task"] for r in rows], rotation=90)
+        ax.set_title(name)
+    axes[0].set_ylabel("eNTK − PCA")
+    fig.suptitle(title)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=1)
+    return fig
+
+
+def plot_depth(rows: list[dict], hollow: tuple[str, ...] = ()):
+    """The parts of speech by layer: (a) macro test AP of the best eNTK mode (down-projection,
+    circles; the whole layer, stars) and of the best principal component (squares); (b) their
+    difference, with one standard deviation over the splits by story.  ``rows``:
+    :func:`ntkbook.claims.gemma.depth_rows` of one or more data sets, told apart by their ``data``
+    labels in the legend: those in ``hollow`` drawn hollow and dotted, the others filled and solid."""
+    from matplotlib.lines import Line2D  # noqa: PLC0415
+
+    fig, axes = new_figure(2, height=3.6)
+    datasets = list(dict.fromkeys(r["data"] for r in rows))
+    looks = [dict(ls=":", mfc="white") if d in hollow else dict(ls="-", mfc=None) for d in datasets]
+    for data, look in zip(datasets, looks):
+        sel = [r for r in rows if r["data"] == data]
+        down = sorted((r for r in sel if r["param_set"] == "down_proj"), key=lambda r: r["layer"])
+        whole = [r for r in sel if r["param_set"] == "layer"]
+        L = [r["layer"] for r in down]
+        axes[0].plot(L, [r["entk_ap"] for r in down], "o", color="C0", ls=look["ls"], ms=5, mfc=look["mfc"])
+        axes[0].plot(L, [r["pca_ap"] for r in down], "s", color="C1", ls=look["ls"], ms=5, mfc=look["mfc"])
+        if whole:
+            axes[0].plot([r["layer"] for r in whole], [r["entk_ap"] for r in whole], "*", color="C2", ms=11,
+                         ls="none", mfc=look["mfc"])
+        std = [r["ap_std"] if r["ap_std"] is not None else 0.0 for r in down]
+        axes[1].errorbar(L, [r["ap_diff"] for r in down], yerr=std, fmt="o", color="C0", capsize=2,
+                         ls=look["ls"], ms=5, mfc=look["mfc"])
+    axes[1].axhline(0, color="k", lw=0.8)
+    for ax in axes:
+        ax.set_xlabel("layer")
+        ax.set_xlim(-0.7, 17.7)
+        ax.set_xticks(range(0, 18, 3))
+    axes[0].set_ylabel("macro test AP")
+    axes[0].set_title("(a) eNTK and PCA")
+    axes[1].set_ylabel("eNTK − PCA")
+    axes[1].set_title("(b) difference, ± sd")
+    handles = [Line2D([], [], color="C0", marker="o", ls="none", label="eNTK"),
+               Line2D([], [], color="C1", marker="s", ls="none", label="PCA")]
+    if any(r["param_set"] == "layer" for r in rows):
+        handles.append(Line2D([], [], color="C2", marker="*", ms=11, ls="none", label="eNTK, whole layer"))
+    handles += [Line2D([], [], color="0.3", marker="o", ls=look["ls"], mfc=look["mfc"], label=data)
+                for data, look in zip(datasets, looks)]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3)
     return fig
