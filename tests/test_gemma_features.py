@@ -12,8 +12,6 @@ from ntkbook import experiments
 from ntkbook.experiments import gemma_features
 from ntkbook.gemma.pos_data import CLASSES
 
-CLAIMS = {"B.gemma.spectrum_identity", "B.gemma.pos_vs_pca", "B.gemma.morph_vs_pca", "B.gemma.top_contexts"}
-
 
 @pytest.fixture(scope="module")
 def small_run():
@@ -35,9 +33,6 @@ def test_small_run(small_run):
     assert [row["task"] for row in p["pos"]] == list(CLASSES)
     for row in p["pos"]:
         assert 0 <= row["entk_auroc"] <= 1 and 0 <= row["pca_auroc"] <= 1
-    rows = gemma_features.scorecard(r)
-    assert {row["claim"] for row in rows} == CLAIMS
-    assert all(row["verdict"] in ("reproduces", "partly", "does not") for row in rows)
 
 
 def test_bad_layer():

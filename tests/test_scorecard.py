@@ -204,21 +204,21 @@ def test_fmt_never_prints_negative_zero():
 def test_a_stored_stand_in_config_is_used_and_named(monkeypatch):
     """Where the paper preset is not stored, SCORECARD_FALLBACKS stand in, and the row's source
     names the changed fields (a reduced scale is never presented as the paper's). Simulated on
-    gemma_features: its paper preset is moved to a config that is not stored, and the stored
-    N = 1024 run is named as the stand-in."""
+    entk_convergence: its paper preset is moved to a config that is not stored, and the stored
+    paper-preset run is named as the stand-in."""
     import dataclasses
 
     from ntkbook.book import scorecard
-    from ntkbook.experiments import gemma_features
+    from ntkbook.experiments import entk_convergence
 
-    stored = gemma_features.Config.paper()
-    monkeypatch.setattr(gemma_features.Config, "paper",
-                        classmethod(lambda cls: dataclasses.replace(stored, n_per_class=64)))
-    monkeypatch.setattr(gemma_features, "SCORECARD_FALLBACKS", (dict(n_per_class=stored.n_per_class),),
+    stored = entk_convergence.Config.paper()
+    monkeypatch.setattr(entk_convergence.Config, "paper",
+                        classmethod(lambda cls: dataclasses.replace(stored, num_seeds=stored.num_seeds + 1)))
+    monkeypatch.setattr(entk_convergence, "SCORECARD_FALLBACKS", (dict(num_seeds=stored.num_seeds),),
                         raising=False)
-    rows = {r.claim.id: r for r in scorecard.collect(["gemma_features"])}
-    row = rows["B.gemma.pos_vs_pca"]
-    assert row.verdict != scorecard.NOT_MEASURED and f"changed: n_per_class={stored.n_per_class}" in row.source
-    monkeypatch.setattr(gemma_features, "SCORECARD_FALLBACKS", ())
-    rows = {r.claim.id: r for r in scorecard.collect(["gemma_features"])}
-    assert rows["B.gemma.pos_vs_pca"].verdict == scorecard.NOT_MEASURED
+    rows = {r.claim.id: r for r in scorecard.collect(["entk_convergence"])}
+    row = rows["F.entk_convergence"]
+    assert row.verdict != scorecard.NOT_MEASURED and f"changed: num_seeds={stored.num_seeds}" in row.source
+    monkeypatch.setattr(entk_convergence, "SCORECARD_FALLBACKS", ())
+    rows = {r.claim.id: r for r in scorecard.collect(["entk_convergence"])}
+    assert rows["F.entk_convergence"].verdict == scorecard.NOT_MEASURED

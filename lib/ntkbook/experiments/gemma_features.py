@@ -14,6 +14,11 @@ resumes layer by layer.
 
 Also: a numerical check of the spectrum identity on the real model (a few contexts, a small
 parameter set, the logit-space Gram computed block by block over the whole vocabulary).
+
+Retired with its data set, whose windows overlap between the halves of its one split: the claims
+are judged on :mod:`ntkbook.experiments.gemma_probe` (:mod:`ntkbook.claims.gemma`), and the book
+reads only this experiment's stored N = 256 layer sweep (:func:`ntkbook.claims.gemma.first_sweep`),
+beside the new sweep until that has all 18 layers.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from ntkbook.errors import ConfigError, InputError
 from ntkbook import validate as v
 from ntkbook.progress import Progress, format_seconds
 from ntkbook.store import PointStore, Result
-from ntkbook.verdicts import DOES_NOT, by_threshold, ladder
 
 NAME = "gemma_features"
 VERSION = "1"
@@ -296,63 +300,3 @@ def point(result: Result, layer: int = 16, param_set: str = "down_proj") -> dict
     raise KeyError(f"no point at layer {layer} with {param_set}; have "
                    f"{[(p['layer'], p['param_set']) for p in result['points']]}")
 
-
-def top_contexts(result: Result, scores: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the ``n`` highest scores."""
-    return np.argsort(-np.asarray(scores), kind="stable")[:n]
-
-
-def purity(result: Result, layer: int = 16, param_set: str = "down_proj", n: int = 10) -> list[dict]:
-    """For each part of speech: the fraction of that class among the ``n`` top contexts of its chosen
-    mode and sign (chosen on the training half), over all contexts."""
-    p = point(result, layer, param_set)
-    scores = result[point_key(layer, param_set, "entk_scores")]
-    labels = np.asarray(result["labels"])
-    rows = []
-    for r in p["pos"]:
-        c = result["classes"].index(r["task"])
-        top = top_contexts(result, r["entk_sign"] * scores[r["entk_mode"]], n)
-        rows.append({"class": r["task"], "mode": r["entk_mode"], "purity": float(np.mean(labels[top] == c))})
-    return rows
-
-
-def scorecard(result: Result) -> list[dict]:
-    """Rows for B.gemma.*; verdicts from the numbers with the thresholds stated in each note."""
-    from ntkbook.numbers import sci
-
-    rows = []
-    idt = result["identity"]
-    if not idt:
-        return rows
-    err = idt["rel_err"]
-    rows.append({"claim": "B.gemma.spectrum_identity", "ours": f"max eigenvalue difference {sci(err, 1)} × λ₁",
-                 "verdict": ladder(err < 1e-6, err < 1e-3),
-                 "note": f"N = {idt['N']}, P = {idt['P']} ({'+'.join(idt['param_set'])}); reproduces below 10⁻⁶ (partly below 10⁻³)"})
-    scale = f"N = {result['N']}"
-    layer = 16 if any(p["layer"] == 16 for p in result["points"]) else result["points"][0]["layer"]
-    p = point(result, layer)
-    for key, claim, need in (("pos", "B.gemma.pos_vs_pca", "all"), ("morph", "B.gemma.morph_vs_pca", "all but one")):
-        keys = SUMMARY_KEYS[key]
-        n = p.get(keys["n"], 0)
-        if n == 0:
-            rows.append({"claim": claim, "ours": "no task", "verdict": DOES_NOT,
-                         "note": f"no {key} task passed the support filters at {scale}"})
-            continue
-        wins = p[keys["entk_wins_ap"]]
-        # "all but one" is only a weaker test than "all" when there are at least 3 tasks
-        full = n if need == "all" or n < 3 else n - 1
-        verdict = by_threshold(wins, full, n / 2)
-        rows.append({"claim": claim,
-                     "ours": f"eNTK beats PCA (test AP) on {wins}/{n}; macro AUROC {p[keys['entk_auroc']]:.2f} "
-                             f"vs {p[keys['pca_auroc']]:.2f}",
-                     "verdict": verdict,
-                     "note": f"layer {layer} down_proj, {scale}; paper: eNTK wins on {need} (with fewer than 3 "
-                             "tasks: on all); partly if on at least half"})
-    n_top = min(10, result["N"] // 8)
-    pur = purity(result, layer, n=n_top)
-    m = float(np.mean([r["purity"] for r in pur]))
-    rows.append({"claim": "B.gemma.top_contexts", "ours": f"mean top-{n_top} purity {m:.2f}",
-                 "verdict": by_threshold(m, 0.8, 0.5),
-                 "note": f"class share among the {n_top} top contexts of each class's chosen mode ({scale}); "
-                         "reproduces at >= 0.8, partly at >= 0.5"})
-    return rows
