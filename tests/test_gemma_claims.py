@@ -54,8 +54,8 @@ def _result(pos_shares, morph_shares, layer: int = 16, n_per_class: int = 12) ->
                   scalars={"points": [point], "N": N, "stories": N, "labels": labels.tolist(),
                            "classes": list(CLASSES),
                            "identity": {"rel_err": 2e-9, "N": 2, "P": 10, "param_set": ["k_norm"]},
-                           "morph_report": [{"feature": f, "support": 40, "words": 15, "top_word": "w", "top_share": 0.1,
-                                             "kept": True, "reason": ""} for f in morph]
+                           "morph_report": [{"feature": f, "support": 40, "words": 15, "top_word": "w",
+                                             "top_share": 0.1, "kept": True, "reason": ""} for f in morph]
                            + [{"feature": "Person=3", "support": 40, "words": 9, "top_word": "he", "top_share": 0.3,
                                "kept": False, "reason": "9 distinct words < 12"}],
                            "morph_admitted": [{"feature": f, "support": 40, "words": 15, "top_word": "w",
@@ -93,7 +93,8 @@ def test_scorecard_verdicts_by_robust_ap_wins():
     assert one_short["B.gemma.morph_vs_pca"]["verdict"] == "does not"   # 1 of 3 < half
     half = {r["claim"]: r for r in claims.scorecard({"gemma_probe": _result([0.8] * 4 + [0.6] * 4, [])})}
     assert half["B.gemma.pos_vs_pca"]["verdict"] == "partly"
-    assert half["B.gemma.morph_vs_pca"]["verdict"] == "does not" and half["B.gemma.morph_vs_pca"]["ours"].startswith("no")
+    no_task = half["B.gemma.morph_vs_pca"]
+    assert no_task["verdict"] == "does not" and no_task["ours"].startswith("no")
     assert claims.scorecard({}) == []
 
 

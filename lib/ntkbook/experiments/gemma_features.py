@@ -299,4 +299,3 @@ def point(result: Result, layer: int = 16, param_set: str = "down_proj") -> dict
             return p
     raise KeyError(f"no point at layer {layer} with {param_set}; have "
                    f"{[(p['layer'], p['param_set']) for p in result['points']]}")
-
