@@ -125,7 +125,9 @@ def _gemma_figures():
     from ntkbook.experiments import gemma_probe
     from ntkbook.plotting import gemma
 
-    res = _load("gemma_probe")
+    # read, never computed here: the paper-scale run takes an hour
+    res = claims.stored("gemma_probe", "paper")
+    assert res is not None, "the paper-scale gemma_probe result is not stored: python -m ntkbook run gemma_probe"
     layer = claims.main_layer(res)
     p = gemma_probe.point(res, layer)
     rows = p["pos"]
