@@ -49,8 +49,10 @@ def has(result: Result, task: str, model: str, attack: str, eps: float, ridge: s
 
 
 def flip(result: Result, task: str, model: str, attack: str, eps: float, ridge: str = MAIN_RIDGE) -> Interval:
-    """Flip rate (%) under ``attack`` at (eps, ridge), mean over seeds with its interval."""
-    return seed_interval(per_seed(result, task, model, _key(attack, eps, ridge)))
+    """Flip rate (%) under ``attack`` at (eps, ridge), mean over seeds with its interval (clipped
+    to [0, 100]: a rate's t interval can reach past its bounds)."""
+    iv = seed_interval(per_seed(result, task, model, _key(attack, eps, ridge)))
+    return Interval(iv.mean, max(iv.lo, 0.0), min(iv.hi, 100.0), iv.n) if iv.known else iv
 
 
 def ceiling(result: Result, task: str, model: str, ridge: str = MAIN_RIDGE) -> Interval:
