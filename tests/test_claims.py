@@ -143,3 +143,24 @@ def test_every_claims_module_that_judges_names_its_experiments():
     assert ci in modules
     for module in modules:
         assert set(module.EXPERIMENTS) <= set(EXPERIMENTS), module.__name__
+
+
+def test_width_threshold_is_kappa6_n_log_n_and_judged_per_data_set():
+    from ntkbook.claims import attention_width as aw
+
+    assert aw.threshold(10.0, 100) == pytest.approx(1e6 * 100 * math.log(100))
+    def judged(kappa_full):
+        spec = {"n": 100, "kappa_G": kappa_full,
+                "kappa_d": [{"d": 10, "kappa_d_G": 10.0}, {"d": 50, "kappa_d_G": 1e3}]}
+        res = Result(name="gram_conditioning", config={}, scalars={
+            "datasets": ["mnist", "cifar10"], "labels": {"mnist": "MNIST", "cifar10": "CIFAR-10"},
+            "per_dataset": {"mnist": spec, "cifar10": spec}})
+        (row,) = aw.scorecard({"gram_conditioning": res})
+        assert row["claim"] == "A.width_threshold"
+        return row["verdict"]
+
+    # 1e4: 1e24 x 460 = 4.6e26, within 3 decades of both 1e24 and 1e29
+    assert judged(1e4) == "reproduces"
+    # 1e5: 4.6e32, far from both; the blocks (4.6e8 .. 4.6e20) bracket neither
+    assert judged(1e5) == "does not"
+    assert aw.scorecard({}) == []
