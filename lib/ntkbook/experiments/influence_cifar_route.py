@@ -178,23 +178,30 @@ def train_recipe(config: Config) -> training.TrainRecipe:
                                 lr=config.lr, l2=config.l2, attn_steps=config.attn_steps)
 
 
-#: effective float32 rate (FLOP/s) and fixed cost per point (s, compilation and set-up), calibrated
-#: on 2 shared CPU cores from the smoke run and from n = 500 probes of training and of PGD
+#: effective float32 matmul rate (FLOP/s), float64 SVD rate (FLOP/s) and fixed cost per point (s,
+#: compilation and set-up), calibrated on 2 shared CPU cores from the smoke run and from n = 500
+#: probes of the spectra, of training and of PGD
 RATE = 5e10
+SVD_RATE = 3e9
 POINT_OVERHEAD = 2.0
 
 
+def _svd_flops(n: int, p: int) -> float:
+    """FLOPs of a thin SVD of an ``n x p`` matrix (``n <= p``)."""
+    return 4.0 * n * n * p + 22.0 * n**3
+
+
 def estimate_seconds(config: Config) -> float:
-    """Rough CPU time on 2 cores from the dominant matmuls (:data:`RATE`, :data:`POINT_OVERHEAD`):
-    the spectra (SVDs of ``n x d`` factors), training (a pass is ``6 n k m``, ``k`` = kept
-    directions), PGD (a gradient through the whitening, the attention and the network) and the
-    influences (eNTK and an ``n x n`` solve per evaluation)."""
+    """Rough CPU time on 2 cores (:data:`RATE`, :data:`SVD_RATE`, :data:`POINT_OVERHEAD`): the
+    spectra (14 SVDs of ``n x d`` factors, two per ridge of the sweep of ``n x k`` ones), training
+    (a pass is ``6 n k m``, ``k`` = kept directions), PGD (a gradient through the whitening, the
+    attention and the network) and the influences (eNTK and an ``n x n`` solve per evaluation)."""
     n, T, m = config.n_train, config.n_test, config.width
     k = config.components or n - 1
     total = 0.0
     for task in config.tasks:
         d = input_dim(task)
-        total += POINT_OVERHEAD + 10 * 4.0 * n * n * d / RATE + len(config.kappa_rel_ridges) * 4.0 * n * n * k / RATE
+        total += POINT_OVERHEAD + (14 * _svd_flops(n, d) + 2 * len(config.kappa_rel_ridges) * _svd_flops(n, k)) / SVD_RATE
         for model in config.models:
             per_seed = 2 * POINT_OVERHEAD
             steps = config.attn_steps if model == "attn" and config.attn_steps is not None else \
