@@ -39,8 +39,8 @@ __all__ = ["PAPER", "LEVEL", "HEADROOM_MARGIN", "NOT_TESTED", "SATURATED", "TOO_
            "FALLS", "NO_CLEAR_CHANGE", "t_interval", "below_ceiling", "summary", "verdict_rows",
            "claim_verdict"]
 
-#: Paper A's PGD flip rate (%) under standard and under adversarial training, taken from secondary
-#: notes of the paper (not from its tables): (task, model) -> (standard, adversarial)
+#: Paper A's PGD flip rate (%) under standard and under adversarial training, from secondary notes
+#: of the paper: (task, model) -> (standard, adversarial)
 PAPER = {
     ("mnist10", "relu"): (3.3, 43.4),
     ("mnist10", "attn"): (28.9, 42.2),
@@ -162,14 +162,14 @@ def verdict_rows(result: Result, ridge: str | None = None) -> list[dict]:
         at_ceiling = [t for t in ("standard", "adversarial") if not row[t]["below_ceiling"]]
         if untrained:
             outcome = NOT_TESTED
-            note = (f"{' and '.join(untrained)} network below {TRAINED_ACC:.0%} training accuracy "
-                    f"on some seed")
+            note = (f"{' and '.join(untrained)} network{'s' if len(untrained) > 1 else ''} below "
+                    f"{TRAINED_ACC:.0%} training accuracy on some seed")
         elif row["seeds"] < 2:
             outcome, note = TOO_FEW_SEEDS, "one seed: no interval"
         elif at_ceiling:
             outcome = SATURATED
-            note = (f"{' and '.join(at_ceiling)} flip rate not clearly below its ceiling "
-                    f"(gap interval under {HEADROOM_MARGIN:.0%})")
+            note = (f"{' and '.join(at_ceiling)} flip rate{'s' if len(at_ceiling) > 1 else ''} not clearly "
+                    f"below the ceiling (the gap's interval reaches below {HEADROOM_MARGIN:.0%})")
         else:
             outcome = RISES if low > 0 else FALLS if high < 0 else NO_CLEAR_CHANGE
             note = ""
