@@ -39,11 +39,10 @@ def test_adversarial_training_is_deterministic_and_its_loss_is_the_attacked_one(
 def test_paper_preset_is_the_matched_design():
     paper = Config.paper()
     assert paper.eps == (0.03, 0.1, 0.3) and paper.seeds == (0, 1, 2, 3, 4) and paper.tasks == ("mnist10",)
-    assert paper.models == ("relu", "attn")
-    assert influence_advtrain.estimate_seconds(paper) < 35 * 60  # the budget that lets MLP-Attn in
+    assert paper.models == ("relu",)  # MLP-Attn does not train with the mini-batch recipe
     # the estimate grows with what is run
-    assert (influence_advtrain.estimate_seconds(dataclasses.replace(paper, models=("relu",)))
-            < influence_advtrain.estimate_seconds(paper))
+    assert (influence_advtrain.estimate_seconds(paper)
+            < influence_advtrain.estimate_seconds(dataclasses.replace(paper, models=("relu", "attn"))))
     assert (influence_advtrain.estimate_seconds(dataclasses.replace(paper, eps=(0.1,)))
             < influence_advtrain.estimate_seconds(paper))
 
@@ -188,7 +187,8 @@ def _synthetic(train_acc: float = 1.0) -> Result:
 
 def test_t_interval_by_hand():
     low, high = claims.t_interval([1.0, 2.0, 3.0])
-    half = 4.302652729911275 / np.sqrt(3)  # t_{0.975, 2} times sd 1 over sqrt(3)
+    assert claims.LEVEL == 0.90  # the level of every interval in ntkbook.claims
+    half = 2.919985580355516 / np.sqrt(3)  # t_{0.95, 2} times sd 1 over sqrt(3)
     assert (low, high) == pytest.approx((2.0 - half, 2.0 + half))
     assert np.isnan(claims.t_interval([1.0])).all()
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.stats
 
-from ntkbook import verdicts
+from ntkbook import claims, verdicts
+from ntkbook.claims.intervals import LEVEL, seed_interval
 from ntkbook.experiments.influence_advtrain import eval_key, record_key
 from ntkbook.influence.readout import TRAINED_ACC
 from ntkbook.stats import mean_spread
@@ -48,14 +48,13 @@ PAPER = {
     ("cifar10", "attn"): (19.1, 38.6),
 }
 
-#: confidence level of every interval over seeds
-LEVEL = 0.95
+#: confidence level of every interval over seeds: the one of ntkbook.claims.intervals
 #: the headroom rule: a network's flip rate is clearly below its ceiling when the lower end of the
 #: interval of the per-seed gap (ceiling - flip rate) is at least this (5 percentage points)
 HEADROOM_MARGIN = 0.05
 
 #: the outcomes of :func:`verdict_rows`
-NOT_TESTED = "not tested"  # a network (standard, or adversarial at this eps) did not train
+NOT_TESTED = claims.NOT_TESTED  # a network (standard, or adversarial at this eps) did not train
 SATURATED = "saturated"  # a flip rate is not clearly below its ceiling: not judged
 TOO_FEW_SEEDS = "too few seeds"  # one seed: no interval
 RISES = "rises"  # judged, the interval of the difference lies above zero
@@ -67,11 +66,8 @@ def t_interval(values, level: float = LEVEL) -> tuple[float, float]:
     """The Student-t interval of the mean of ``values`` (``(S,)``, one per seed) at ``level``:
     ``mean +- t_{(1 + level)/2, S - 1} * sd / sqrt(S)`` with the sample standard deviation; NaNs
     for fewer than two values."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size < 2:
-        return math.nan, math.nan
-    half = scipy.stats.t.ppf((1 + level) / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
-    return float(v.mean() - half), float(v.mean() + half)
+    iv = seed_interval(values, level)
+    return iv.lo, iv.hi
 
 
 def _values(result: Result, task: str, model: str, key: str) -> np.ndarray:

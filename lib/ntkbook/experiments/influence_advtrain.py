@@ -119,7 +119,10 @@ class Config:
 
     @classmethod
     def paper(cls) -> "Config":
-        return cls()
+        # 2L-ReLU only: the claim is about ReLU, and MLP-Attn's standard network does not train
+        # with this mini-batch recipe (73 % training accuracy in version 2, below TRAINED_ACC), so
+        # its rows could only read "not tested"; they would cost ten minutes of CPU
+        return cls(models=("relu",))
 
     def __post_init__(self):
         for field, known in (("tasks", TASKS), ("models", MODELS)):
