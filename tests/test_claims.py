@@ -164,3 +164,17 @@ def test_width_threshold_is_kappa6_n_log_n_and_judged_per_data_set():
     # 1e5: 4.6e32, far from both; the blocks (4.6e8 .. 4.6e20) bracket neither
     assert judged(1e5) == "does not"
     assert aw.scorecard({}) == []
+
+
+def test_a_superseded_experiment_scorecard_is_not_called(monkeypatch):
+    """A claims module that names an experiment in SUPERSEDES replaces its own scorecard()."""
+    import types
+
+    fake = types.ModuleType("ntkbook.claims.fake")
+    fake.EXPERIMENTS = ("influence_map",)
+    fake.SUPERSEDES = ("gram_conditioning",)
+    fake.scorecard = lambda results: []
+    monkeypatch.setattr(scorecard, "claim_modules", lambda: [fake])
+    assert scorecard.superseded() == {"gram_conditioning"}
+    gram = Result(name="gram_conditioning", config={}, scalars={})  # its scorecard would fail on it
+    assert scorecard.chapter_rows("attention_width", [gram]) == []

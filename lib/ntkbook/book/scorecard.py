@@ -248,9 +248,17 @@ def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
     return list(table.values())
 
 
+def superseded() -> set[str]:
+    """Experiments whose own ``scorecard(result)`` a claims module replaces (its ``SUPERSEDES``):
+    their verdict rules moved to :mod:`ntkbook.claims` while the experiment module could not change
+    (its stored result keeps its code hash), so its old function is no longer called."""
+    return {name for module in claim_modules() for name in getattr(module, "SUPERSEDES", ())}
+
+
 def claim_modules() -> list[Any]:
     """The modules of :mod:`ntkbook.claims` that judge claims: each defines ``EXPERIMENTS`` (the
-    experiments whose stored results it reads) and ``scorecard(results)``."""
+    experiments whose stored results it reads) and ``scorecard(results)``, and may name in
+    ``SUPERSEDES`` experiments whose own ``scorecard`` it replaces."""
     import pkgutil
 
     import ntkbook.claims
@@ -286,10 +294,11 @@ def collect(experiments: Iterable[str] | None = None) -> list[Row]:
 
     store = Store(results_dir())
     measured = []
+    replaced = superseded()
     for name in sorted(experiments if experiments is not None else EXPERIMENTS):
         module = importlib.import_module(EXPERIMENTS[name])
         fn = getattr(module, "scorecard", None)
-        if fn is None:
+        if fn is None or name in replaced:
             continue
         # the paper preset, else the reduced configs the module names as stand-ins (their
         # changed fields are shown in the row's source, so a reduced scale is never hidden)
@@ -360,9 +369,10 @@ def chapter_rows(chapter: str, results: Iterable[Any]) -> list[Row]:
 
     results = list(results)
     measured = []
+    replaced = superseded()
     for result in results:
         fn = getattr(importlib.import_module(EXPERIMENTS[result.name]), "scorecard", None)
-        if fn is not None:
+        if fn is not None and result.name not in replaced:
             measured.append((result, _check(fn(result), EXPERIMENTS[result.name])))
     by_name = {r.name: r for r in results}
     for module in claim_modules():
