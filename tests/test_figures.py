@@ -194,11 +194,12 @@ def _chapter_figures(chapter: str) -> dict:
                 "gd time": lambda: attention.plot_distance_vs_time(dist, dist.config["tasks"][0]),
                 "kernel movement": lambda: attention.plot_kernel_movement(dist)}
     if chapter == "influence":
-        from ntkbook.experiments import influence_advtrain, influence_malleability
+        from ntkbook.claims import influence as claims_influence
+        from ntkbook.experiments import influence_advtrain
 
         res, wid, adv = _load("influence_malleability"), _load("influence_width"), _load("influence_advtrain")
         cfg = res.config
-        return {"flip": lambda: influence.plot_flip_rates(res, influence_malleability.PAPER),
+        return {"flip": lambda: influence.plot_flip_rates(res, claims_influence.PAPER),
                 "scatter": lambda: influence.plot_influence_scatter(res, cfg["tasks"][0]),
                 "eps": lambda: influence.plot_eps_ablation(res, cfg["ablation_tasks"][0]),
                 "width": lambda: influence.plot_width(wid),
@@ -258,12 +259,12 @@ def test_every_figure_reads_on_a_phone_and_on_a_desktop(chapter):
 def test_untrained_models_are_marked():
     """Fig. 4.1: the bars of every model that did not train are hatched, the others not, and the
     legend says what the hatching means."""
-    from ntkbook.experiments import influence_malleability
+    from ntkbook.claims import influence as claims_influence
     from ntkbook.influence import readout
     from ntkbook.plotting import influence
 
     res = _load("influence_malleability")
-    fig = influence.plot_flip_rates(res, influence_malleability.PAPER)
+    fig = influence.plot_flip_rates(res, claims_influence.PAPER)
     per_bar = 1 + len(res.config["attacks"])
     untrained = sum(not readout.trained(res, t, m) for t in res.config["tasks"] for m in ("relu", "attn"))
     assert untrained > 0  # the stored result has some: the marking is exercised

@@ -188,8 +188,8 @@ def test_run_box_reads_times_from_file(tmp_path):
 
 def test_catalogued_chapter_label_is_the_fallback_link():
     rows = scorecard.rows_from([])
-    md = scorecard.markdown(rows, labels={"sec-influence-flip", "sec-a-flip-ratio"})
-    assert "{ref}`A.flip.mnist10 <sec-influence-flip>`" in md
+    md = scorecard.markdown(rows, labels={"sec-influence-map", "sec-a-flip-ratio"})
+    assert "{ref}`A.flip.mnist10 <sec-influence-map>`" in md
     assert "{ref}`A.flip.ratio <sec-a-flip-ratio>`" in md     # the sec-<id> label wins
 
 

@@ -10,7 +10,11 @@ from the experiments: a module of :mod:`ntkbook.experiments` that defines
         #  "verdict": "reproduces" | "partly" | "does not", "note": "<one short sentence>"}
 
 contributes rows computed from its **stored paper-scale result** (``results/``; nothing is computed
-here). :func:`collect` calls every such function, checks its rows, and returns one :class:`Row` per
+here), and so does a module of :mod:`ntkbook.claims` that defines ``EXPERIMENTS`` (the experiments
+it reads) and ``scorecard(results)`` (``results``: name -> stored result, the ones stored): verdict
+rules there can change without touching an experiment's code hash. A row may also say
+:data:`NOT_TESTED` ("not tested": the model the claim is about did not train), which is not a
+verdict on the claim. :func:`collect` calls every such function, checks its rows, and returns one :class:`Row` per
 catalogued claim; a claim no stored result measures says "not yet measured". :func:`markdown`
 renders the rows as the tables of the book's scorecard page, linking each claim to its section
 only when that label exists in a chapter of ``_toc.yml`` (a broken reference would fail the build).
@@ -30,9 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ntkbook.claims import NOT_TESTED, ROW_VERDICTS
 from ntkbook.verdicts import VERDICTS
 
-__all__ = ["Claim", "Row", "CATALOGUE", "NOT_MEASURED", "section_label", "collect",
+__all__ = ["Claim", "Row", "CATALOGUE", "NOT_MEASURED", "NOT_TESTED", "section_label", "collect",
+           "claim_modules",
            "rows_from", "chapter_rows", "book_labels", "markdown", "verdict_counts",
            "headline", "verdict_line", "chapter_verdicts", "verdict_text", "claim_line", "card_label"]
 
@@ -89,24 +95,32 @@ CATALOGUE: tuple[Claim, ...] = (
        "MLP-Attn needs width $m = \\Omega(\\kappa(G)^6)$ to stay near its NTK, about $10^{18}$ for "
        "natural images (v2: $\\Omega(\\kappa_d(G)^6\\, n \\log n)$).",
        "$m \\approx 10^{18}$", "attention_width"),
+    _C("A.width_threshold", "A", "v2: MLP-Attn needs width $m = \\Omega(\\kappa_d(G)^6\\, n \\log n)$, "
+       "with $\\kappa_d$ the effective condition number of the rank-$\\min(n,d)$ truncation of the "
+       "input Gram matrix: $m \\gg 10^{24}$ for MNIST and $10^{29}$ for CIFAR-10.",
+       "$10^{24}$ (MNIST), $10^{29}$ (CIFAR-10)", "attention_width", "sec-a-width-bound"),
     _C("A.distance.relu", "A", "The NTK distance $\\lVert f_m - f_{\\mathrm{NTK}} \\rVert$ of the "
        "two-layer ReLU network decreases with width.",
        "MNIST 45.1 → 39.2; CIFAR-10 246.2 / 101.7 / 56.9 ($m$ = 16, 1024, 4096)", "attention_width"),
     _C("A.distance.attn", "A", "The NTK distance of MLP-Attn increases or oscillates with width.",
        "MNIST 10.3 → 43.4; CIFAR-10 3.7 / 10.4 / 12.6 ($m$ = 16, 1024, 4096)", "attention_width"),
-    _C("A.flip.mnist10", "A", "Adversarial perturbation of the training data (ε = 0.3) flips the sign "
-       "of many of the top-10% influence scores of MLP-Attn on MNIST (10 classes).",
-       "FGSM 34.6%, PGD 28.9%, MIM 21.9%; 2L-ReLU under PGD 3.3%", "influence", "sec-influence-flip"),
-    _C("A.flip.cifar10", "A", "The same on CIFAR-10 (10 classes): attention's influence scores flip "
-       "far more often than ReLU's.", "attention 6–9× ReLU (table of the paper)", "influence",
-       "sec-influence-flip"),
+    _C("A.flip.mnist10", "A", "Adversarial perturbation of the training data flips the sign of many "
+       "more of MLP-Attn's top-10% influence scores than of 2L-ReLU's on MNIST (10 classes).",
+       "at ε = 0.3, PGD 28.9% vs 2L-ReLU 3.3% (8.8×); FGSM 34.6 / 4.1%, MIM 21.9 / 3.4% (secondary notes of the paper)",
+       "influence", "sec-influence-map"),
+    _C("A.flip.cifar10", "A", "The same on CIFAR-10 (10 classes).",
+       "at ε = 0.3, PGD 19.1% vs 3.1% (6.2×); FGSM 26.4 / 3.3%, MIM 20.5 / 3.2% (secondary notes)", "influence",
+       "sec-influence-map"),
     _C("A.flip.mnist38", "A", "The same on the binary task MNIST 3 vs 8.",
-       "attention 6–9× ReLU (table of the paper)", "influence", "sec-influence-flip"),
-    _C("A.flip.cifar_auto_air", "A", "The same on the binary task CIFAR-10 automobile vs airplane.",
-       "attention 6–9× ReLU (table of the paper)", "influence", "sec-influence-flip"),
-    _C("A.flip.ratio", "A", "Across data sets and attacks, attention's influence scores are 6–9 times "
-       "more malleable (flip rate) than the ReLU network's.", "6–9× (v2: 2–9×)", "influence",
-       "sec-influence-flip"),
+       "at ε = 0.3, PGD 41.0% vs 8.4% (4.9×); FGSM 25.9 / 8.4%, MIM 40.5 / 8.6% (secondary notes)", "influence",
+       "sec-influence-map"),
+    _C("A.flip.cifar_auto_air", "A", "On the binary task CIFAR-10 automobile vs airplane the paper's "
+       "own table shows no gap: both models are about equally malleable.",
+       "at ε = 0.3, PGD 14.0% vs 15.5% (0.9×); FGSM 14.3 / 15.2%, MIM 14.8 / 15.3% (secondary notes)", "influence",
+       "sec-influence-map"),
+    _C("A.flip.ratio", "A", "Across data sets, attention's influence scores are several times more "
+       "malleable (flip rate) than the ReLU network's, the gap depending on the data set's condition "
+       "number and the task.", "v1: 6–9×; v2: 2–9×", "influence", "sec-influence-map"),
     _C("A.advtrain", "A", "Adversarial training makes the ReLU network malleable too: its PGD flip "
        "rate approaches attention's.", "3.3% → 43.4%", "influence", "sec-influence-advtrain"),
     _C("A.landscape", "A", "MLP-Attn finds wider, flatter minima than the two-layer ReLU network "
@@ -193,8 +207,8 @@ def _check(rows: Any, module: str) -> list[dict]:
         if r["claim"] not in _BY_ID:
             raise ValueError(f"{module}.scorecard: unknown claim id {r['claim']!r}; catalogued ids: "
                              f"{', '.join(_BY_ID)}")
-        if r["verdict"] not in VERDICTS:
-            raise ValueError(f"{module}.scorecard: verdict of {r['claim']} must be one of {VERDICTS}, "
+        if r["verdict"] not in ROW_VERDICTS:
+            raise ValueError(f"{module}.scorecard: verdict of {r['claim']} must be one of {ROW_VERDICTS}, "
                              f"got {r['verdict']!r}")
     return list(rows)
 
@@ -208,24 +222,64 @@ def _join(parts: Iterable[str], sep: str = "; ") -> str:
 
 
 def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
-    """One :class:`Row` per catalogued claim from ``(result, scorecard rows)`` pairs. Several rows
-    for one claim (e.g. from several experiments) are joined; their verdict is the common one, or
-    "partly" when they differ."""
+    """One :class:`Row` per catalogued claim from ``(result or results, scorecard rows)`` pairs.
+    Several rows for one claim (e.g. from several experiments) are joined; their verdict is the
+    common one, or "partly" when they differ (a row that tested nothing, :data:`NOT_TESTED`, gives
+    way to one that did)."""
     table = {c.id: Row(c) for c in CATALOGUE}
-    for result, rows in measured:
+    for results, rows in measured:
+        results = list(results) if isinstance(results, (list, tuple)) else [results]
         for r in rows:
             row = table[r["claim"]]
             first = row.verdict == NOT_MEASURED
-            row.verdict = r["verdict"] if first or row.verdict == r["verdict"] else "partly"
+            if first or row.verdict == NOT_TESTED:
+                row.verdict = r["verdict"]
+            elif r["verdict"] != NOT_TESTED and row.verdict != r["verdict"]:
+                row.verdict = "partly"
             row.ours = r["ours"] if first else _join([row.ours, r["ours"]])
             note = str(r.get("note", "")).strip()
             row.note = note if first else _join([row.note, note])
-            src = _source(result)
-            if src not in row.source:
-                row.source = src if first else f"{row.source}; {src}"
-            if result.name not in row.experiments:
-                row.experiments.append(result.name)
+            for result in results:
+                src = _source(result)
+                if src not in row.source:
+                    row.source = src if not row.source else f"{row.source}; {src}"
+                if result.name not in row.experiments:
+                    row.experiments.append(result.name)
     return list(table.values())
+
+
+def superseded() -> set[str]:
+    """Experiments whose own ``scorecard(result)`` a claims module replaces (its ``SUPERSEDES``):
+    their verdict rules moved to :mod:`ntkbook.claims` while the experiment module could not change
+    (its stored result keeps its code hash), so its old function is no longer called."""
+    return {name for module in claim_modules() for name in getattr(module, "SUPERSEDES", ())}
+
+
+def claim_modules() -> list[Any]:
+    """The modules of :mod:`ntkbook.claims` that judge claims: each defines ``EXPERIMENTS`` (the
+    experiments whose stored results it reads) and ``scorecard(results)``, and may name in
+    ``SUPERSEDES`` experiments whose own ``scorecard`` it replaces."""
+    import pkgutil
+
+    import ntkbook.claims
+
+    found = []
+    for info in sorted(pkgutil.iter_modules(ntkbook.claims.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"ntkbook.claims.{info.name}")
+        if hasattr(module, "scorecard"):
+            if not getattr(module, "EXPERIMENTS", None):
+                raise ValueError(f"{module.__name__} defines scorecard() but no EXPERIMENTS (the "
+                                 "experiments whose stored results it reads): add them")
+            found.append(module)
+    return found
+
+
+def _claim_rows(module: Any, results: Mapping[str, Any]) -> tuple[list[Any], list[dict]] | None:
+    """The rows of a claims module over the ``results`` it reads (None when it reads none)."""
+    used = {n: results[n] for n in module.EXPERIMENTS if n in results}
+    if not used:
+        return None
+    return list(used.values()), _check(module.scorecard(used), module.__name__)
 
 
 def collect(experiments: Iterable[str] | None = None) -> list[Row]:
@@ -240,10 +294,11 @@ def collect(experiments: Iterable[str] | None = None) -> list[Row]:
 
     store = Store(results_dir())
     measured = []
+    replaced = superseded()
     for name in sorted(experiments if experiments is not None else EXPERIMENTS):
         module = importlib.import_module(EXPERIMENTS[name])
         fn = getattr(module, "scorecard", None)
-        if fn is None:
+        if fn is None or name in replaced:
             continue
         # the paper preset, else the reduced configs the module names as stand-ins (their
         # changed fields are shown in the row's source, so a reduced scale is never hidden)
@@ -255,6 +310,18 @@ def collect(experiments: Iterable[str] | None = None) -> list[Row]:
             continue
         result = store.load(name, module.VERSION, config)
         measured.append((result, _check(fn(result), module.__name__)))
+    for module in claim_modules():
+        stored = {}
+        for name in module.EXPERIMENTS:
+            if experiments is not None and name not in experiments:
+                continue
+            exp = importlib.import_module(EXPERIMENTS[name])
+            config = make_config(name, "paper")
+            if store.has(name, exp.VERSION, config):
+                stored[name] = store.load(name, exp.VERSION, config)
+        got = _claim_rows(module, stored)
+        if got is not None:
+            measured.append(got)
     return rows_from(measured)
 
 
@@ -275,7 +342,7 @@ def book_labels(repo: Path | None = None) -> set[str]:
 
 
 def verdict_counts(rows: Iterable[Row]) -> dict[str, int]:
-    counts = {v: 0 for v in (*VERDICTS, NOT_MEASURED)}
+    counts = {v: 0 for v in (*ROW_VERDICTS, NOT_MEASURED)}
     for r in rows:
         counts[r.verdict] += 1
     return counts
@@ -287,6 +354,8 @@ def headline(rows: Iterable[Row]) -> str:
     rows = list(rows)
     c = verdict_counts(rows)
     parts = [f"{c['reproduces']} reproduce", f"{c['partly']} partly", f"{c['does not']} do not"]
+    if c[NOT_TESTED]:
+        parts.append(f"{c[NOT_TESTED]} not tested")
     if c[NOT_MEASURED]:
         parts.append(f"{c[NOT_MEASURED]} not yet measured")
     return f"{len(rows)} claims: " + ", ".join(parts)
@@ -298,11 +367,18 @@ def chapter_rows(chapter: str, results: Iterable[Any]) -> list[Row]:
     the page's scale; joined as on the scorecard page)."""
     from ntkbook.experiments import EXPERIMENTS
 
+    results = list(results)
     measured = []
+    replaced = superseded()
     for result in results:
         fn = getattr(importlib.import_module(EXPERIMENTS[result.name]), "scorecard", None)
-        if fn is not None:
+        if fn is not None and result.name not in replaced:
             measured.append((result, _check(fn(result), EXPERIMENTS[result.name])))
+    by_name = {r.name: r for r in results}
+    for module in claim_modules():
+        got = _claim_rows(module, by_name)
+        if got is not None:
+            measured.append(got)
     return [r for r in rows_from(measured) if r.claim.chapter == chapter and r.verdict != NOT_MEASURED]
 
 
@@ -315,7 +391,7 @@ def verdict_line(rows: Iterable[Row], labels: set[str] | None = None) -> str:
     if not rows:
         return "none: this chapter measures no claim of the papers."
     words = {"reproduces": ("reproduces", "reproduce"), "partly": ("partly", "partly"),
-             "does not": ("does not", "do not")}
+             "does not": ("does not", "do not"), NOT_TESTED: ("not tested", "not tested")}
     parts = []
     for verdict, (one, many) in words.items():
         sel = [r for r in rows if r.verdict == verdict]
@@ -351,7 +427,7 @@ _PAPERS = {"background": "Background both papers build on",
            "A": "Paper A: influence malleability in linearised attention",
            "B": "Paper B: feature identification via the empirical NTK"}
 _MARK = {"reproduces": "**reproduces**", "partly": "**partly**", "does not": "**does not**",
-         NOT_MEASURED: "not yet measured"}
+         NOT_TESTED: "not tested here", NOT_MEASURED: "not yet measured"}
 #: short names of the chapters, for the scorecard's "where" column (narrow on a phone)
 _CHAPTER_SHORT = {"entk_lanczos": "eNTK and Lanczos", "attention_width": "Attention width",
                   "influence": "Influence", "modular_mlp": "Modular MLP",

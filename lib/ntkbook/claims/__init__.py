@@ -10,3 +10,15 @@ A module that judges claims defines ``scorecard(results) -> list[dict]``, ``resu
 experiment name to its stored paper-scale result (absent when none is stored), one row per claim
 as :mod:`ntkbook.book.scorecard` describes.
 """
+
+from ntkbook.verdicts import VERDICTS
+
+__all__ = ["NOT_TESTED", "ROW_VERDICTS"]
+
+#: a claim whose measurement exists but tested nothing: the model it is about did not train, or a
+#: result it needs is not stored. Not a verdict on the claim (a claim "not tested" neither
+#: reproduces nor fails), so it is not among :data:`ntkbook.verdicts.VERDICTS`.
+NOT_TESTED = "not tested"
+
+#: what a scorecard row may say: a verdict, or that nothing was tested
+ROW_VERDICTS = (*VERDICTS, NOT_TESTED)

@@ -37,7 +37,8 @@ For each task (data set and classes), model (2L-ReLU, MLP-Attn) and seed:
    1-D slices for every task, a 2-D slice on ``landscape_2d_tasks``, and the top Hessian
    eigenvalue of the training loss with respect to ``W`` by Lanczos (every seed).
 
-Every (task, model, seed) is one checkpointed point.
+Every (task, model, seed) is one checkpointed point. Paper A's numbers and the verdicts on its
+claims are read from the stored results in :mod:`ntkbook.claims.influence`.
 """
 
 from __future__ import annotations
@@ -50,14 +51,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ntkbook import validate as v
-from ntkbook import verdicts
 from ntkbook.influence import interventions, landscape, training
-from ntkbook.influence.readout import (TRAINED_ACC, flip_means, flip_ratio, stat, sweep_part,
-                                      trained)
+from ntkbook.influence.readout import sweep_part
 from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, accuracy, input_dim,
                                      task_classes, task_data, targets)
 from ntkbook.models import attention, two_layer
-from ntkbook.numbers import sci
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
 
@@ -67,17 +65,6 @@ VERSION = "1"
 #: arrays kept for the first seed only (the others are stacked over seeds)
 FIRST_SEED_ARRAYS = ("slice1d", "slice2d", "loss_curve", "loss_epochs")
 
-#: Paper A's flip rates (%) as reported in secondary notes of the paper: (task, model) -> attack -> %
-PAPER = {
-    ("mnist10", "relu"): {"fgsm": 4.1, "pgd": 3.3, "mim": 3.4},
-    ("mnist10", "attn"): {"fgsm": 34.6, "pgd": 28.9, "mim": 21.9},
-    ("cifar10", "relu"): {"fgsm": 3.3, "pgd": 3.1, "mim": 3.2},
-    ("cifar10", "attn"): {"fgsm": 26.4, "pgd": 19.1, "mim": 20.5},
-    ("mnist_3v8", "relu"): {"fgsm": 8.4, "pgd": 8.4, "mim": 8.6},
-    ("mnist_3v8", "attn"): {"fgsm": 25.9, "pgd": 41.0, "mim": 40.5},
-    ("cifar_auto_air", "relu"): {"fgsm": 15.2, "pgd": 15.5, "mim": 15.3},
-    ("cifar_auto_air", "attn"): {"fgsm": 14.3, "pgd": 14.0, "mim": 14.8},
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,69 +273,3 @@ def reproduce_sample(config: Config) -> tuple[Config, str]:
 def sample_view(result: Result, sample: Config) -> tuple[dict, dict]:
     """The part of ``result`` that the sample's points make (:func:`reproduce_sample`)."""
     return sweep_part(result, sample.tasks, sample.models, sample.seeds, FIRST_SEED_ARRAYS)
-
-
-# --------------------------------------------------------------------------------------------------
-# the scorecard
-# --------------------------------------------------------------------------------------------------
-CLAIM_IDS = {"mnist10": "A.flip.mnist10", "cifar10": "A.flip.cifar10", "mnist_3v8": "A.flip.mnist38",
-             "cifar_auto_air": "A.flip.cifar_auto_air"}
-
-
-def verdict_flip(ours_ratio: float, paper_ratio: float, ours_means, paper_means) -> str:
-    """Per data set. 'reproduces': the attention/ReLU ratio within a factor 2 of the paper's AND each
-    model's mean flip rate within a factor 2 of the paper's; 'partly': only the ratio criterion
-    (the qualitative claim) holds; 'does not' otherwise."""
-    def within2(x, y):
-        return y > 0 and x > 0 and 0.5 <= x / y <= 2.0
-
-    ratio_ok = within2(ours_ratio, paper_ratio)
-    level_ok = all(within2(o, p) for o, p in zip(ours_means, paper_means))
-    return verdicts.ladder(ratio_ok and level_ok, ratio_ok)
-
-
-def scorecard(result: Result) -> list[dict]:
-    """A.flip.<task> per task (:func:`verdict_flip`), A.flip.ratio (>= 6x on MNIST and CIFAR-10
-    reproduces, >= 2x on most tasks partly) and A.landscape (attention flatter where both trained)."""
-    rows = []
-    tasks = [t for t in result.config["tasks"] if t in CLAIM_IDS]
-    ratios = {}
-    for task in tasks:
-        if not (trained(result, task, "relu") and trained(result, task, "attn")):
-            rows.append({"claim": CLAIM_IDS[task], "ours": "models not trained",
-                         "verdict": verdicts.DOES_NOT,
-                         "note": f"a model stayed below {TRAINED_ACC:.0%} training accuracy"})
-            continue
-        ratio, r, a = flip_ratio(result, task)
-        ratios[task] = ratio
-        pr = np.mean(list(PAPER[(task, "relu")].values()))
-        pa = np.mean(list(PAPER[(task, "attn")].values()))
-        v = verdict_flip(ratio, pa / pr, (r, a), (pr, pa))
-        fr, fa = flip_means(result, task, "relu"), flip_means(result, task, "attn")
-        ours = ("ReLU " + "/".join(f"{fr[k]:.1f}" for k in fr) + ", Attn "
-                + "/".join(f"{fa[k]:.1f}" for k in fa) + f" % (ratio {ratio:.1f}x; paper {pa / pr:.1f}x)")
-        rows.append({"claim": CLAIM_IDS[task], "ours": ours, "verdict": v,
-                     "note": "mean of seeds, all points attacked; verdict: ratio and levels within 2x"})
-    main = [t for t in ("mnist10", "cifar10") if t in ratios]
-    if ratios:
-        big = [ratios[t] >= 6 for t in main]
-        some = [x >= 2 for x in ratios.values()]
-        rows.append({"claim": "A.flip.ratio",
-                     "ours": ", ".join(f"{t} {ratios[t]:.1f}x" for t in ratios),
-                     "verdict": verdicts.ladder(bool(main) and all(big), sum(some) > len(some) / 2),
-                     "note": ">= 6x on MNIST and CIFAR-10 reproduces; >= 2x on most tasks partly"})
-    # sharpness is compared only where both networks trained (an untrained network is flat
-    # because it sits on its initial plateau, which says nothing about the minima it would find)
-    lt = [t for t in result.config["tasks"] if trained(result, t, "relu") and trained(result, t, "attn")]
-    flatter = [stat(result, t, "attn", "hessian_top")[0] < stat(result, t, "relu", "hessian_top")[0]
-               for t in lt]
-    if not lt:
-        v, ours = verdicts.DOES_NOT, "no task with both models trained"
-    else:
-        v = verdicts.ladder(all(flatter), sum(flatter) > len(flatter) / 2)
-        ours = ", ".join(f"{t}: {sci(stat(result, t, 'relu', 'hessian_top')[0])} vs "
-                         f"{sci(stat(result, t, 'attn', 'hessian_top')[0])}" for t in lt)
-    rows.append({"claim": "A.landscape", "ours": ours, "verdict": v,
-                 "note": "top Hessian eigenvalue ReLU vs Attn on tasks where both trained; "
-                         "attention flatter on all reproduces, on most partly"})
-    return rows

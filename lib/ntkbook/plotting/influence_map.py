@@ -31,20 +31,22 @@ def _per_seed(result: Result, task: str, model: str, key: str) -> np.ndarray:
     return np.asarray(result["table"][f"{task}/{model}"][key], dtype=np.float64) * 100.0
 
 
-def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd"):
+def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd", paper=None, paper_eps: float = 0.3):
     """Per task, flip rate (%) against eps (log axis) for both models under ``attack`` (mean ±
     standard deviation over seeds, :func:`ntkbook.stats.mean_spread`), at the ridge labelled
     ``ridge`` (``result["ridges"]``, e.g. ``"lam=0.001"`` or ``"nlam=0.001"``); the random-sign
     null (filled band: mean ± spread over seeds of the mean over draws) and the independence
     ceiling (faint band: mean ± spread over seeds, dotted at its mean) of each model; where the task has it at this ridge, the
-    flip-objective attack (dotted, diamonds). Two panels a row, the legend in the free cell."""
+    flip-objective attack (dotted, diamonds). ``paper``: optional ``{(task, model): {attack:
+    rate %}}`` (Paper A's table), drawn as open stars at ``paper_eps``, the paper's radius. Two
+    panels a row, the legend in the free cell."""
     if ridge not in result["ridges"]:
         raise KeyError(f"no ridge {ridge!r} in the result; it has {result['ridges']}")
     cfg = result.config
     tasks, eps = cfg["tasks"], np.asarray(cfg["eps"], dtype=np.float64)
     fig, axes, spare = panels(len(tasks), row_height=2.9 if len(tasks) > 1 else 4.0, spare=True,
                               sharey=True)
-    any_untrained = any_flip = False
+    any_untrained = any_flip = any_paper = False
     for ax, task in zip(axes, tasks):
         for model in cfg["models"]:
             color = MODEL_COLOR[model]
@@ -68,6 +70,10 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd"):
                 ax.errorbar(feps, m, yerr=s, color=color, marker=ATTACK_MARKER["flipobj"], ls=":",
                             mfc=mfc, capsize=2, ms=4)
                 any_flip = True
+            if paper is not None and attack in paper.get((task, model), {}):
+                ax.plot([paper_eps], [paper[(task, model)][attack]], marker="*", ms=11, mfc="white",
+                        mec=color, mew=1.4, ls="none", zorder=5)
+                any_paper = True
         ax.set_xscale("log")
         log_ticks(ax.xaxis, _spaced(eps))
         ax.set_title(result["tasks"][task])
@@ -85,6 +91,9 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd"):
     if any_flip:
         handles.append(Line2D([], [], color="0.3", ls=":", marker=ATTACK_MARKER["flipobj"], ms=4,
                               label="flip objective"))
+    if any_paper:
+        handles.append(Line2D([], [], color="0.3", ls="none", marker="*", mfc="white", ms=11,
+                              label=f"paper ({result['attacks'][attack]}, ε = {paper_eps:g})"))
     if any_untrained:
         handles.append(Line2D([], [], color="0.3", ls="--", marker="o", mfc="white", ms=4, label="not trained"))
     legend_in(spare, fig, handles, [h.get_label() for h in handles], ncol=1 if spare is not None else 2)
