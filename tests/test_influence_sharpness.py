@@ -57,6 +57,11 @@ def test_the_hessian_is_its_gauss_newton_term(C):
     g, g_res = curvature.gauss_newton_top(params, z, C, num_steps=min(20, n * C), seed=0)
     assert h == pytest.approx(top, rel=1e-12) and g == pytest.approx(top, rel=1e-12)
     assert h_res < 1e-10 * top and g_res < 1e-10 * top
+    # the main experiment's measurement of the same network gives the same number, bit for bit
+    from ntkbook.influence import landscape
+
+    sizes = landscape.LandscapeSettings(hessian_steps=20, radius=1.0, points=3, grid=3)
+    assert landscape.measure(params, z, y, C, sizes, 0, do_1d=False, do_2d=False)[1]["hessian_top"] == h
     if C == 1:  # squared error: lambda_max(H) = 2 lambda_max(K) / n, K the closed-form eNTK
         K = two_layer.entk_W(params, z)
         assert 2 * np.linalg.eigvalsh(K)[-1] / n == pytest.approx(top, rel=1e-12)
@@ -297,6 +302,27 @@ def test_verdict_rule_on_a_made_up_result():
     assert gap["gap"] == 3e-11 and (gap["model"], gap["seed"]) == ("attn", 1)
     rows = cl.sharpness(res)
     assert len(rows) == 6 and rows[1]["network"] == "matched" and rows[1]["interval"].mean == 2.5
+
+
+def test_agreement_with_the_main_experiment():
+    from ntkbook.claims import influence_sharpness as cl
+    from ntkbook.errors import InputError
+    from ntkbook.store import Result
+
+    recipe = {"n_train": 500, "width": 512, "epochs": 500, "lr": 1e-2, "batch": 128, "l2": 0.0,
+              "attn_steps": 10_000, "hessian_steps": 20}
+    res = _made_up(([0.5] * 4, [0.5] * 4), ([0.5] * 4, [0.5] * 4))
+    res.config.update(recipe)
+    table = {f"{t}/{m}": {"hessian_top": list(res["table"][f"{t}/{m}"]["final/hessian_top"][:3])}
+             for t in ("mnist10", "mnist_3v8") for m in ("relu", "attn")}
+    table["mnist10/attn"]["hessian_top"][2] *= 1 + 1e-9
+    main = Result("influence_malleability", {**recipe, "tasks": ["mnist10", "cifar10", "mnist_3v8"],
+                                             "seeds": [0, 1, 2]}, scalars={"table": table})
+    agree = cl.agreement_with_main(res, main)
+    assert agree["compared"] == 12 and agree["max_rel_diff"] == pytest.approx(1e-9, rel=1e-6)
+    main.config["lr"] = 1e-3
+    with pytest.raises(InputError, match="lr"):
+        cl.agreement_with_main(res, main)
 
 
 # -- the figures -----------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ Readings of :mod:`ntkbook.experiments.influence_sharpness` (pure functions of it
   identity, over every network measured;
 - :func:`flatness_ratio`: per task, MLP-Attn's top eigenvalue over 2L-ReLU's, paired by seed, at
   matched loss (either end of the crossing's bracket) or at the end of training;
-- :func:`verdict`: the claim "attention's minimum is flatter", judged at matched loss.
+- :func:`verdict`: the claim "attention's minimum is flatter", judged at matched loss;
+- :func:`agreement_with_main`: the final networks' top Hessian eigenvalues against the main
+  experiment's (``influence_malleability``) on the seeds both ran: the same recipe and seeds give
+  the same networks, and the same Lanczos the same numbers.
 
 **The rule** (:func:`verdict`). For each task and seed, the ratio
 :math:`r_s = \lambda_{\max}(H)` of MLP-Attn's final network over that of 2L-ReLU's network at
@@ -38,7 +41,8 @@ from ntkbook.influence.readout import TRAINED_ACC
 from ntkbook.store import Result
 
 __all__ = ["LEVEL", "NOT_TESTED", "FLATTER", "SHARPER", "UNRESOLVED", "Interval", "seed_interval",
-           "values", "sharpness", "largest_gn_gap", "flatness_ratio", "task_verdict", "verdict", "RULE"]
+           "values", "sharpness", "largest_gn_gap", "flatness_ratio", "task_verdict", "verdict", "RULE",
+           "agreement_with_main"]
 
 #: the confidence level of every interval over seeds
 LEVEL = 0.95
@@ -164,3 +168,27 @@ def verdict(result: Result) -> dict:
         flatter = [t["reading"] == FLATTER for t in tested]
         v = verdicts.ladder(all(flatter), any(flatter))
     return {"verdict": v, "tasks": tasks, "rule": RULE}
+
+
+def agreement_with_main(result: Result, main: Result) -> dict:
+    """The largest relative difference between this result's final top Hessian eigenvalues and the
+    main experiment's (``main``: the ``influence_malleability`` result, key ``hessian_top``), over
+    the tasks, models and seeds both have: ``{"max_rel_diff", "compared"}`` (NaN and 0 when they
+    share none). The networks are the same when both used the same recipe (checked here: the
+    config fields of the recipe must agree, else :class:`ntkbook.errors.InputError`)."""
+    recipe = ("n_train", "width", "epochs", "lr", "batch", "l2", "attn_steps", "hessian_steps")
+    differ = [k for k in recipe if result.config[k] != main.config[k]]
+    if differ:
+        raise InputError(f"the two results trained or measured differently ({', '.join(differ)}): "
+                         f"their networks are not the same")
+    worst, compared = 0.0, 0
+    for task in result.config["tasks"]:
+        if task not in main.config["tasks"]:
+            continue
+        for model in ("relu", "attn"):
+            ours = dict(zip(result.config["seeds"], values(result, task, model, "final/hessian_top")))
+            theirs = dict(zip(main.config["seeds"], values(main, task, model, "hessian_top")))
+            for seed in sorted(set(ours) & set(theirs)):
+                worst = max(worst, abs(ours[seed] - theirs[seed]) / abs(theirs[seed]))
+                compared += 1
+    return {"max_rel_diff": worst if compared else math.nan, "compared": compared}
