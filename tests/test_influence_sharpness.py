@@ -274,8 +274,8 @@ def test_seed_interval_is_the_student_t_interval():
 
     iv = cl.seed_interval([1.0, 2.0, 3.0, np.nan])
     assert (iv.mean, iv.n) == (2.0, 3)
-    assert iv.high - iv.mean == pytest.approx(4.302652729911275 * 1.0 / np.sqrt(3))  # t_{0.975, 2}
-    assert math.isnan(cl.seed_interval([5.0]).low) and cl.seed_interval([np.nan]).n == 0
+    assert iv.hi - iv.mean == pytest.approx(2.919985580355516 * 1.0 / np.sqrt(3))  # t_{0.95, 2}: 90 %
+    assert math.isnan(cl.seed_interval([5.0]).lo) and cl.seed_interval([np.nan]).n == 0
 
 
 def test_verdict_rule_on_a_made_up_result():

@@ -3,7 +3,7 @@ r"""What the stored ``influence_sharpness`` result says: sharpness at equal trai
 Readings of :mod:`ntkbook.experiments.influence_sharpness` (pure functions of its
 :class:`ntkbook.store.Result`):
 
-- :func:`seed_interval`: the mean over seeds and its 95 % Student-t interval;
+- :func:`seed_interval`: the mean over seeds and its Student-t interval (ntkbook.claims.intervals, 90 %);
 - :func:`sharpness`: per task and model, the top Hessian eigenvalue (or any measured key) of
   2L-ReLU's loss-matched network and of each final network, with its interval;
 - :func:`largest_gn_gap`: the largest relative gap between the two sides of the Gauss-Newton
@@ -19,7 +19,7 @@ Readings of :mod:`ntkbook.experiments.influence_sharpness` (pure functions of it
 :math:`r_s = \lambda_{\max}(H)` of MLP-Attn's final network over that of 2L-ReLU's network at
 MLP-Attn's final loss. The loss is matched to within one epoch: 2L-ReLU's network at the first epoch
 at or below the target, and the one at the epoch before (above it) bracket the match, so the ratio
-is taken at both ends. A task is **flatter** when the 95 % t-interval over seeds of the mean of
+is taken at both ends. A task is **flatter** when the 90 % t-interval over seeds of the mean of
 :math:`\log r_s` lies below 0 at both ends, **sharper** when it lies above 0 at both, and
 **unresolved** otherwise. It is **not tested** when MLP-Attn did not train on it (a seed below
 :data:`ntkbook.influence.readout.TRAINED_ACC` training accuracy), or when fewer than two seeds give
@@ -29,13 +29,13 @@ is, "does not" when none is, and "not tested" when no task is tested.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
-import scipy.stats
 
-from ntkbook import verdicts
+from ntkbook import claims, verdicts
+from ntkbook.claims import intervals
+from ntkbook.claims.intervals import LEVEL, Interval
 from ntkbook.errors import InputError
 from ntkbook.influence.readout import TRAINED_ACC
 from ntkbook.store import Result
@@ -44,44 +44,25 @@ __all__ = ["LEVEL", "NOT_TESTED", "FLATTER", "SHARPER", "UNRESOLVED", "Interval"
            "values", "sharpness", "largest_gn_gap", "flatness_ratio", "task_verdict", "verdict", "RULE",
            "agreement_with_main"]
 
-#: the confidence level of every interval over seeds
-LEVEL = 0.95
 #: the verdict of a claim (or task) that the result cannot judge
-NOT_TESTED = "not tested"
+NOT_TESTED = claims.NOT_TESTED
 #: a task's reading (:func:`task_verdict`)
 FLATTER, SHARPER, UNRESOLVED = "flatter", "sharper", "unresolved"
 #: the rule of :func:`verdict`, in one sentence for a table
 RULE = ("per task, MLP-Attn's top Hessian eigenvalue over 2L-ReLU's at MLP-Attn's final training loss "
-        "(paired by seed, at both ends of the one-epoch bracket of the match): flatter when the 95 % "
+        "(paired by seed, at both ends of the one-epoch bracket of the match): flatter when the 90 % "
         "t-interval of the mean log ratio is below 0 at both ends; flatter on every task tested "
         "reproduces, on some partly; not tested where MLP-Attn did not train")
 
 
-@dataclasses.dataclass(frozen=True)
-class Interval:
-    """A mean over ``n`` seeds and its :data:`LEVEL` Student-t interval ``[low, high]`` (NaN when
-    ``n < 2``)."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-
 def seed_interval(vals, level: float = LEVEL) -> Interval:
-    """The mean of the finite ``vals`` (one per seed; NaN, a seed without the value, left out) and
-    its Student-t interval at ``level``: mean +- t_{(1+level)/2, n-1} s / sqrt(n), ``s`` the
-    sample standard deviation."""
+    """:func:`ntkbook.claims.intervals.seed_interval` of the finite ``vals`` (one per seed; NaN, a
+    seed without the value, left out); ``Interval(nan, nan, nan, 0)`` when none is finite."""
     v = np.asarray(vals, dtype=np.float64)
     v = v[np.isfinite(v)]
-    n = int(v.size)
-    if n == 0:
+    if v.size == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
-    mean = float(v.mean())
-    if n < 2:
-        return Interval(mean, math.nan, math.nan, n)
-    half = float(scipy.stats.t.ppf((1 + level) / 2, n - 1) * v.std(ddof=1) / math.sqrt(n))
-    return Interval(mean, mean - half, mean + half, n)
+    return intervals.seed_interval(v, level)
 
 
 def values(result: Result, task: str, model: str, key: str) -> np.ndarray:
@@ -128,11 +109,11 @@ def flatness_ratio(result: Result, task: str, at: str = "matched") -> tuple[np.n
 
 
 def _reading(interval: Interval) -> str:
-    if not (np.isfinite(interval.low) and np.isfinite(interval.high)):
+    if not (np.isfinite(interval.lo) and np.isfinite(interval.hi)):
         return UNRESOLVED
-    if interval.high < 0:
+    if interval.hi < 0:
         return FLATTER
-    if interval.low > 0:
+    if interval.lo > 0:
         return SHARPER
     return UNRESOLVED
 
