@@ -28,15 +28,16 @@ from ntkbook import verdicts
 from ntkbook.claims import NOT_TESTED
 from ntkbook.claims import influence_advtrain as adv_claims
 from ntkbook.claims import influence_map as imap
+from ntkbook.claims import influence_sharpness as sharp_claims
 from ntkbook.claims.intervals import LEVEL, seed_interval
 from ntkbook.influence.readout import TRAINED_ACC, trained
 from ntkbook.store import Result
 
-__all__ = ["EXPERIMENTS", "PAPER", "CLAIM_IDS", "paper_ratio", "flip_row", "ratio_row", "advtrain_row",
-           "scorecard"]
+__all__ = ["EXPERIMENTS", "FALLBACKS", "PAPER", "CLAIM_IDS", "paper_ratio", "flip_row", "ratio_row",
+           "advtrain_row", "landscape_row", "scorecard"]
 
 #: the experiments whose stored paper-scale results these rules read
-EXPERIMENTS = ("influence_map", "influence_advtrain", "influence_malleability")
+EXPERIMENTS = ("influence_map", "influence_advtrain", "influence_malleability", "influence_sharpness")
 
 #: reduced configs the scorecard and the chapter read while the paper preset is not stored: the
 #: influence map's CIFAR tasks (MLP-Attn's 10,000 full-batch steps on 3,072-pixel images, six
@@ -171,6 +172,20 @@ def advtrain_row(adv: Result, imp: Result | None = None) -> dict:
                     f"(not tested); {note}"}
 
 
+def landscape_row(shp: Result) -> dict:
+    """A.landscape at equal training loss (:func:`ntkbook.claims.influence_sharpness.verdict`):
+    MLP-Attn flatter than 2L-ReLU at MLP-Attn's final loss on every task tested reproduces, on
+    some partly; not tested where MLP-Attn did not train."""
+    v = sharp_claims.verdict(shp)
+    parts = []
+    for t in v["tasks"]:
+        m = t["matched"]
+        ratio = f"{np.exp(m.mean):.3g}" + (f" [{np.exp(m.lo):.3g}, {np.exp(m.hi):.3g}]" if m.known else "")
+        parts.append(f"{t['task']}: MLP-Attn / 2L-ReLU top Hessian eigenvalue at equal loss {ratio} "
+                     f"({t['reading']})")
+    return {"claim": "A.landscape", "ours": "; ".join(parts), "verdict": v["verdict"], "note": v["rule"]}
+
+
 def scorecard(results: Mapping[str, Result]) -> list[dict]:
     """The rows these rules give from the stored results present in ``results``."""
     rows: list[dict] = []
@@ -191,4 +206,6 @@ def scorecard(results: Mapping[str, Result]) -> list[dict]:
                                      "nothing about the claim"})
     if "influence_advtrain" in results:
         rows.append(advtrain_row(results["influence_advtrain"], results.get("influence_map")))
+    if "influence_sharpness" in results:
+        rows.append(landscape_row(results["influence_sharpness"]))
     return rows
