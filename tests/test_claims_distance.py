@@ -169,3 +169,11 @@ def test_rows_on_the_stored_paper_results():
     chapter = {r.claim.id: r for r in scorecard.chapter_rows("attention_width", [dist, fb])}
     assert chapter["A.distance.relu"].verdict == rows["A.distance.relu"]["verdict"]
     assert chapter["A.distance.attn"].verdict == rows["A.distance.attn"]["verdict"]
+
+
+def test_seed_slopes_of_a_bare_series():
+    per_seed, iv = aw.seed_slopes(WIDTHS, _curve([0.5, 0.4, 0.6]))
+    assert per_seed == pytest.approx([0.5, 0.4, 0.6]) and aw.direction(iv) == "increasing"
+    per_seed, iv = aw.seed_slopes(WIDTHS, [1.0, 0.5, 0.25])  # one seed: a slope, no interval
+    assert per_seed == pytest.approx([np.log(0.25) / np.log(256)]) and iv is None
+    assert aw.direction(iv) == "flat/unresolved"

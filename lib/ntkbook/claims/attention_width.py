@@ -72,9 +72,10 @@ from ntkbook.numbers import sci
 from ntkbook.stats import loglog_slope
 from ntkbook.store import Result, canonical_json
 
-__all__ = ["EXPERIMENTS", "SUPERSEDES", "PAPER_THRESHOLDS", "threshold", "thresholds", "COMPARATORS",
-           "PAPER_COMPARATOR", "Line", "LINES", "RELU_SEEDS", "Slope", "results_for", "slope", "slopes",
-           "distance_table", "distance_row", "scorecard"]
+__all__ = ["EXPERIMENTS", "SUPERSEDES", "PAPER_THRESHOLDS", "threshold", "thresholds",
+           "width_threshold_row", "COMPARATORS", "PAPER_COMPARATOR", "Line", "LINES", "RELU_SEEDS", "Slope",
+           "results_for", "seed_slopes", "direction", "slope", "slopes", "distance_table", "distance_row",
+           "scorecard"]
 
 EXPERIMENTS = ("gram_conditioning", "ntk_distance", "ntk_distance_fullbatch")
 
@@ -216,12 +217,8 @@ class Slope:
 
     @property
     def direction(self) -> str:
-        """"decreasing" / "increasing" (the interval excludes 0) or "flat/unresolved"."""
-        if self.interval is not None and self.interval.below(0.0):
-            return "decreasing"
-        if self.interval is not None and self.interval.above(0.0):
-            return "increasing"
-        return "flat/unresolved"
+        """:func:`direction` of the interval."""
+        return direction(self.interval)
 
     @property
     def tested(self) -> bool:
@@ -253,12 +250,31 @@ def _distances(result: Result, line: Line, task: str, model: str):
     return ws, d, bool(np.all(mse <= distance.TRAINED_MSE))
 
 
+def seed_slopes(widths, values) -> tuple[np.ndarray, Interval | None]:
+    """The log-log slope of ``values`` ``(W, seeds)`` against ``widths`` ``(W,)`` for each seed
+    (:func:`ntkbook.stats.loglog_slope`: widths where the seed's value is 0 are left out, NaN when
+    fewer than two are left) and the interval over the finite ones (None when fewer than two)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[:, None] if v.ndim == 1 else v
+    per_seed = np.array([loglog_slope(widths, v[:, j]) for j in range(v.shape[1])])
+    finite = per_seed[np.isfinite(per_seed)]
+    return per_seed, (seed_interval(finite) if finite.size >= 2 else None)
+
+
+def direction(interval: Interval | None) -> str:
+    """"decreasing" when the interval of a slope lies below 0, "increasing" above 0, else (also
+    with no interval) "flat/unresolved"."""
+    if interval is not None and interval.below(0.0):
+        return "decreasing"
+    if interval is not None and interval.above(0.0):
+        return "increasing"
+    return "flat/unresolved"
+
+
 def slope(result: Result, line: Line, task: str, model: str) -> Slope:
     """The per-seed slopes of ``line`` for ``task`` and ``model`` with their interval."""
     ws, d, ok = _distances(result, line, task, model)
-    per_seed = np.array([loglog_slope(ws, d[:, j]) for j in range(d.shape[1])])
-    finite = per_seed[np.isfinite(per_seed)]
-    iv = seed_interval(finite) if finite.size >= 2 else None
+    per_seed, iv = seed_slopes(ws, d)
     return Slope(line, task, model, tuple(int(w) for w in ws), per_seed, iv, ok)
 
 
