@@ -226,10 +226,10 @@ class Slope:
         return self.trained and self.interval is not None and self.interval.known
 
     def text(self) -> str:
-        """"−0.340 [−0.391, −0.286]" (or the one seed's slope, or "no slope")."""
+        """"−0.340 [−0.391, −0.286]" (or the one seed's slope, or that there is none)."""
         if self.interval is None:
             finite = self.per_seed[np.isfinite(self.per_seed)]
-            return f"{finite[0]:+.3f} (one seed)" if finite.size else "no slope"
+            return f"{finite[0]:+.3f} (one seed)" if finite.size else "none (positive at fewer than two widths)"
         return self.interval.text("+.3f")
 
 
@@ -338,7 +338,7 @@ def distance_row(results: Mapping[str, Result], model: str) -> dict | None:
     if swapped:
         note += "; 2L-ReLU read from the stored 5-seed runs (RELU_SEEDS) of " + " and ".join(swapped)
     if not tested:
-        note += "; nothing tested: no line whose networks all trained"
+        note += "; nothing tested: no line whose networks all trained, with two seeds or more"
     return {"claim": _CLAIMS[model], "ours": "; ".join(parts), "verdict": verdict, "note": note}
 
 
