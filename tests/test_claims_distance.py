@@ -144,9 +144,9 @@ def test_relu_rows_read_the_five_seed_run_where_stored(monkeypatch):
         def load(self, name, version, config):
             return five
 
-    monkeypatch.setattr(aw, "store_for", lambda scale: Store(False))
+    monkeypatch.setattr(cd, "store_for", lambda scale: Store(False))
     assert cd.results_for({"ntk_distance": three}, "relu")["ntk_distance"] is three
-    monkeypatch.setattr(aw, "store_for", lambda scale: Store(True))
+    monkeypatch.setattr(cd, "store_for", lambda scale: Store(True))
     assert cd.results_for({"ntk_distance": three}, "relu")["ntk_distance"] is five
     assert cd.results_for({"ntk_distance": three}, "attn")["ntk_distance"] is three
     smoke = _dist({"relu": [-0.3, -0.2]}, {"relu": [0, 0]})  # not the paper preset: read as given
