@@ -178,3 +178,24 @@ def test_a_superseded_experiment_scorecard_is_not_called(monkeypatch):
     assert scorecard.superseded() == {"gram_conditioning"}
     gram = Result(name="gram_conditioning", config={}, scalars={})  # its scorecard would fail on it
     assert scorecard.chapter_rows("attention_width", [gram]) == []
+
+
+def test_load_stored_reads_a_named_reduced_config_and_never_computes(tmp_path, monkeypatch):
+    """A page reads the paper preset if stored, else the first stored alternative; with none
+    stored it raises NotStored naming the command, instead of starting a paper-scale run."""
+    import shutil
+
+    from ntkbook import experiments
+    from ntkbook.paths import results_dir
+
+    monkeypatch.setenv("NTKBOOK_RESULTS", str(tmp_path))
+    reduced = {"tasks": ("mnist10", "mnist_3v8", "fmnist10")}
+    with pytest.raises(experiments.NotStored, match="python -m ntkbook run influence_map --scale paper"):
+        experiments.load_stored("influence_map", "paper", (reduced,))
+    monkeypatch.delenv("NTKBOOK_RESULTS")
+    stored = results_dir() / "influence_map" / "1-149e4e071293"
+    assert stored.exists(), "the reduced map the chapter reads (claims.influence.FALLBACKS) is stored"
+    shutil.copytree(stored, tmp_path / "influence_map" / stored.name)
+    monkeypatch.setenv("NTKBOOK_RESULTS", str(tmp_path))
+    res = experiments.load_stored("influence_map", "paper", (reduced,))
+    assert tuple(res.config["tasks"]) == reduced["tasks"]

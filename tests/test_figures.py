@@ -114,10 +114,11 @@ def test_compact_tick_labels():
 
 # ---- every figure of the book, from the stored paper-scale results ------------------------------
 
-def _load(name, **overrides):
-    from ntkbook.experiments import load_or_run
+def _load(name, alternatives=(), **overrides):
+    """A stored paper-scale result (never computed here: a missing one fails with the command)."""
+    from ntkbook.experiments import load_stored
 
-    return load_or_run(name, "paper", **overrides)
+    return load_stored(name, "paper", alternatives, **overrides)
 
 
 def _gemma_figures():
@@ -195,16 +196,18 @@ def _chapter_figures(chapter: str) -> dict:
                 "kernel movement": lambda: attention.plot_kernel_movement(dist)}
     if chapter == "influence":
         from ntkbook.claims import influence as claims_influence
-        from ntkbook.experiments import influence_advtrain
+        from ntkbook.plotting import influence_advtrain, influence_map, influence_sharpness
 
         res, wid, adv = _load("influence_malleability"), _load("influence_width"), _load("influence_advtrain")
+        imp = _load("influence_map", claims_influence.FALLBACKS["influence_map"])
+        shp = _load("influence_sharpness")
         cfg = res.config
-        return {"flip": lambda: influence.plot_flip_rates(res, claims_influence.PAPER),
+        return {"map": lambda: influence_map.plot_flip_vs_eps(imp, "lam=0.001", paper=claims_influence.PAPER),
+                "map n lambda": lambda: influence_map.plot_flip_vs_eps(imp, "nlam=0.001", paper=claims_influence.PAPER),
                 "scatter": lambda: influence.plot_influence_scatter(res, cfg["tasks"][0]),
-                "eps": lambda: influence.plot_eps_ablation(res, cfg["ablation_tasks"][0]),
                 "width": lambda: influence.plot_width(wid),
-                "adv": lambda: influence.plot_advtrain(adv, influence_advtrain.PAPER),
-                "landscape": lambda: influence.plot_landscape(res, cfg["landscape_2d_tasks"][0])}
+                "adv": lambda: influence_advtrain.plot_flip_vs_eps(adv),
+                "sharpness": lambda: influence_sharpness.plot_sharpness(shp)}
     if chapter == "gemma":
         return _gemma_figures()
     raise KeyError(chapter)
@@ -257,23 +260,21 @@ def test_every_figure_reads_on_a_phone_and_on_a_desktop(chapter):
 
 
 def test_untrained_models_are_marked():
-    """Fig. 4.1: the bars of every model that did not train are hatched, the others not, and the
-    legend says what the hatching means."""
+    """Fig. 4.2 (the map): every model that did not train is drawn dashed with hollow markers, the
+    others solid, and the legend says what that means."""
     from ntkbook.claims import influence as claims_influence
     from ntkbook.influence import readout
-    from ntkbook.plotting import influence
+    from ntkbook.plotting import influence_map
 
-    res = _load("influence_malleability")
-    fig = influence.plot_flip_rates(res, claims_influence.PAPER)
-    per_bar = 1 + len(res.config["attacks"])
-    untrained = sum(not readout.trained(res, t, m) for t in res.config["tasks"] for m in ("relu", "attn"))
-    assert untrained > 0  # the stored result has some: the marking is exercised
-    bars = [p for ax in fig.axes for p in ax.patches]
-    hatched = [p for p in bars if p.get_hatch()]
-    assert len(hatched) == untrained * per_bar
+    imp = _load("influence_map", claims_influence.FALLBACKS["influence_map"])
+    untrained = [(t, m) for t in imp.config["tasks"] for m in ("relu", "attn") if not readout.trained(imp, t, m)]
+    assert untrained  # the stored map has some (MLP-Attn on Fashion-MNIST): the marking is exercised
+    fig = influence_map.plot_flip_vs_eps(imp, "lam=0.001")
+    dashed = [line for ax in fig.axes for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == len(untrained)
     labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
     labels += [t.get_text() for leg in fig.legends for t in leg.get_texts()]
-    assert "model not trained" in labels
+    assert "not trained" in labels
     plt.close(fig)
 
 

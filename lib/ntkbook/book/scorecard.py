@@ -11,7 +11,8 @@ from the experiments: a module of :mod:`ntkbook.experiments` that defines
 
 contributes rows computed from its **stored paper-scale result** (``results/``; nothing is computed
 here), and so does a module of :mod:`ntkbook.claims` that defines ``EXPERIMENTS`` (the experiments
-it reads) and ``scorecard(results)`` (``results``: name -> stored result, the ones stored): verdict
+it reads), optionally ``FALLBACKS`` (name -> reduced configs to read while the paper preset is not
+stored), and ``scorecard(results)`` (``results``: name -> stored result, the ones stored): verdict
 rules there can change without touching an experiment's code hash. A row may also say
 :data:`NOT_TESTED` ("not tested": the model the claim is about did not train), which is not a
 verdict on the claim. :func:`collect` calls every such function, checks its rows, and returns one :class:`Row` per
@@ -316,9 +317,13 @@ def collect(experiments: Iterable[str] | None = None) -> list[Row]:
             if experiments is not None and name not in experiments:
                 continue
             exp = importlib.import_module(EXPERIMENTS[name])
-            config = make_config(name, "paper")
-            if store.has(name, exp.VERSION, config):
-                stored[name] = store.load(name, exp.VERSION, config)
+            # the paper preset, else the reduced configs the claims module names (FALLBACKS); a
+            # reduced config shows in the row's source
+            for overrides in ({}, *getattr(module, "FALLBACKS", {}).get(name, ())):
+                config = make_config(name, "paper", **overrides)
+                if store.has(name, exp.VERSION, config):
+                    stored[name] = store.load(name, exp.VERSION, config)
+                    break
         got = _claim_rows(module, stored)
         if got is not None:
             measured.append(got)

@@ -1,5 +1,7 @@
 """Paper A's v2 width thresholds judged on the stored Gram spectra (gram_conditioning).
 
+(The distance to the NTK against width is judged in :mod:`ntkbook.claims.ntk_distance`.)
+
 The paper's second version states the width MLP-Attn needs as :math:`m = \\Omega(\\kappa_d(G)^6\\,
 n\\log n)`, with :math:`\\kappa_d` "the effective condition number of the rank-min(n, d) truncation
 of the input Gram matrix", and gives thresholds :math:`m \\gg 10^{24}` for MNIST and
@@ -23,7 +25,7 @@ from ntkbook import verdicts
 from ntkbook.numbers import sci
 from ntkbook.store import Result
 
-__all__ = ["EXPERIMENTS", "PAPER_THRESHOLDS", "threshold", "thresholds", "scorecard"]
+__all__ = ["EXPERIMENTS", "PAPER_THRESHOLDS", "threshold", "thresholds", "width_threshold_row", "scorecard"]
 
 EXPERIMENTS = ("gram_conditioning",)
 
@@ -47,11 +49,9 @@ def thresholds(result: Result, dataset: str) -> dict:
             "blocks": {r["d"]: threshold(r["kappa_d_G"], s["n"]) for r in s["kappa_d"]}}
 
 
-def scorecard(results: Mapping[str, Result]) -> list[dict]:
-    """The ``A.width_threshold`` row from the stored gram_conditioning result."""
-    if "gram_conditioning" not in results:
-        return []
-    res = results["gram_conditioning"]
+def width_threshold_row(res: Result) -> list[dict]:
+    """The ``A.width_threshold`` row from the stored gram_conditioning result (none when it holds
+    neither of :data:`PAPER_THRESHOLDS`' data sets)."""
     names = [d for d in PAPER_THRESHOLDS if d in res["per_dataset"]]
     if not names:
         return []
@@ -70,3 +70,8 @@ def scorecard(results: Mapping[str, Result]) -> list[dict]:
              "note": f"κ⁶ n ln n with our κ; reproduces within {TOLERANCE_DECADES:g} decades of the "
                      f"paper's on both data sets; partly when the paper's lies within our range of "
                      f"leading-block values; the value depends on how many eigenvalues are kept"}]
+
+
+def scorecard(results: Mapping[str, Result]) -> list[dict]:
+    """The ``A.width_threshold`` row from the stored gram_conditioning result."""
+    return width_threshold_row(results["gram_conditioning"]) if "gram_conditioning" in results else []

@@ -30,7 +30,7 @@ import os
 import pkgutil
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from ntkbook.codehash import code_hash
 from ntkbook.errors import ConfigError, NtkbookError
@@ -40,7 +40,8 @@ from ntkbook.store import Result, Store, canonical_json, config_hash
 
 __all__ = [
     "EXPERIMENTS", "ConfigError", "NonFiniteResult", "get", "make_config", "config_from_dict",
-    "parse_overrides", "check_finite", "load_or_run", "run_and_save", "store_for", "code_hash",
+    "parse_overrides", "check_finite", "load_or_run", "load_stored", "NotStored", "run_and_save",
+    "store_for", "code_hash",
 ]
 
 #: name -> module path of every experiment: each module of this package (its file name is its
@@ -269,3 +270,36 @@ def load_or_run(name: str, scale: str = "paper", *, recompute: bool = False, **o
     config = make_config(name, scale, **overrides)
     store = store_for(scale)
     return run_and_save(name, config, store, recompute=recompute or scale == "smoke")
+
+
+class NotStored(NtkbookError):
+    """No stored paper-scale result for any of the configs a page may read."""
+
+
+def load_stored(name: str, scale: str = "paper", alternatives: Sequence[Mapping[str, Any]] = (),
+                **overrides: Any) -> Result:
+    """The stored result of experiment ``name`` at ``scale``, where a page may read a reduced
+    config until the full one is computed.
+
+    Paper scale: the paper preset with ``overrides`` if it is stored, else the first of
+    ``alternatives`` (overrides on top of the same, e.g. fewer tasks while the others are still
+    computing) that is stored; nothing is computed (a page never starts an hours-long run), and
+    when none is stored the error names the configs tried and the command to compute the first.
+    The result's provenance line names the changed fields, so a reduced config is never hidden.
+    Smoke scale: :func:`load_or_run` with ``overrides``."""
+    if scale != "paper":
+        return load_or_run(name, scale, **overrides)
+    module = get(name)
+    store = store_for(scale)
+    tried = []
+    for extra in ({}, *alternatives):
+        config = make_config(name, scale, **{**overrides, **extra})
+        if store.has(name, module.VERSION, config):
+            return store.load(name, module.VERSION, config)
+        tried.append(extra)
+    sets = " ".join(f"--set {k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                    for k, v in overrides.items())
+    command = f"python -m ntkbook run {name} --scale paper {sets}".strip()
+    raise NotStored(f"{name}: no stored paper-scale result for the paper preset"
+                    + (f" or the reduced configs {tried[1:]}" if len(tried) > 1 else "")
+                    + f"; compute it with `{command}` (from a clean commit).")
