@@ -199,3 +199,12 @@ def test_load_stored_reads_a_named_reduced_config_and_never_computes(tmp_path, m
     monkeypatch.setenv("NTKBOOK_RESULTS", str(tmp_path))
     res = experiments.load_stored("influence_map", "paper", (reduced,))
     assert tuple(res.config["tasks"]) == reduced["tasks"]
+
+
+def test_a_row_credits_only_the_results_it_names(monkeypatch):
+    res = _map(RELU, {e: [30.0, 31.0, 29.0] for e in EPS})
+    other = Result(name="influence_malleability", config={}, scalars={})
+    row = {"claim": "A.flip.mnist10", "ours": "a", "verdict": "partly", "from": ("influence_map",)}
+    monkeypatch.setattr(scorecard, "_source", lambda r: f"`{r.name}`")
+    (out,) = [r for r in scorecard.rows_from([([res, other], [row])]) if r.claim.id == "A.flip.mnist10"]
+    assert out.source == "`influence_map`" and out.experiments == ["influence_map"]

@@ -223,7 +223,8 @@ def _join(parts: Iterable[str], sep: str = "; ") -> str:
 
 
 def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
-    """One :class:`Row` per catalogued claim from ``(result or results, scorecard rows)`` pairs.
+    """One :class:`Row` per catalogued claim from ``(result or results, scorecard rows)`` pairs (a
+    row's optional ``"from"``, experiment names, limits the results its source line credits).
     Several rows for one claim (e.g. from several experiments) are joined; their verdict is the
     common one, or "partly" when they differ (a row that tested nothing, :data:`NOT_TESTED`, gives
     way to one that did)."""
@@ -240,7 +241,9 @@ def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
             row.ours = r["ours"] if first else _join([row.ours, r["ours"]])
             note = str(r.get("note", "")).strip()
             row.note = note if first else _join([row.note, note])
-            for result in results:
+            # a row may name the experiments it read ("from"); else it credits every result given
+            named = r.get("from")
+            for result in (res for res in results if named is None or res.name in named):
                 src = _source(result)
                 if src not in row.source:
                     row.source = src if not row.source else f"{row.source}; {src}"

@@ -95,7 +95,7 @@ def flip_row(result: Result, task: str) -> dict:
     if not imap.both_trained(result, task):
         return {"claim": claim, "ours": _untrained(result, task), "verdict": NOT_TESTED,
                 "note": "nothing tested: a flip rate of a network that did not train says nothing "
-                        "about the claim"}
+                        "about the claim", "from": (result.name,)}
     level = PAPER[(task, "relu")][ATTACK]
     mp = imap.matched_point(result, task, level, attack=ATTACK)
     diff = _difference(result, task, mp.read_at)
@@ -116,7 +116,7 @@ def flip_row(result: Result, task: str) -> dict:
             f"of the paper's; partly when only the first holds; read where 2L-ReLU is nearest the paper, "
             f"not at the paper's saturated eps = 0.3")
     return {"claim": claim, "ours": ours, "verdict": verdicts.ladder(direction and size_ok, direction),
-            "note": note}
+            "note": note, "from": ("influence_map",)}
 
 
 def ratio_row(result: Result) -> dict:
@@ -128,7 +128,7 @@ def ratio_row(result: Result) -> dict:
     tested = [t for t in result.config["tasks"] if t in CLAIM_IDS and imap.both_trained(result, t)]
     if not tested:
         return {"claim": "A.flip.ratio", "ours": "no task with both models trained",
-                "verdict": NOT_TESTED, "note": "nothing tested"}
+                "verdict": NOT_TESTED, "note": "nothing tested", "from": ("influence_map",)}
     parts, in_range, direction = [], [], []
     lo, hi = PAPER_RANGE
     for task in tested:
@@ -145,7 +145,7 @@ def ratio_row(result: Result) -> dict:
             "note": f"reproduces when on every task with both models trained attention's PGD flip "
                     f"rate exceeds ReLU's ({LEVEL:.0%} interval of the paired difference above 0) and "
                     f"the ratio of means at the matched point lies in {lo:g}-{hi:g}x; partly when "
-                    f"the excess holds on every such task, or both hold on most"}
+                    f"the excess holds on every such task, or both hold on most", "from": ("influence_map",)}
 
 
 def advtrain_row(adv: Result, imp: Result | None = None) -> dict:
@@ -169,7 +169,7 @@ def advtrain_row(adv: Result, imp: Result | None = None) -> dict:
             "note": f"reproduces when the paired difference's {LEVEL:.0%} interval over seeds lies "
                     f"above 0 at every radius where both networks trained and sit clearly below "
                     f"their ceilings, partly at some; MLP-Attn not trained with this recipe "
-                    f"(not tested); {note}"}
+                    f"(not tested); {note}", "from": ("influence_advtrain", "influence_map")}
 
 
 def landscape_row(shp: Result) -> dict:
@@ -183,7 +183,8 @@ def landscape_row(shp: Result) -> dict:
         ratio = f"{np.exp(m.mean):.3g}" + (f" [{np.exp(m.lo):.3g}, {np.exp(m.hi):.3g}]" if m.known else "")
         parts.append(f"{t['task']}: MLP-Attn / 2L-ReLU top Hessian eigenvalue at equal loss {ratio} "
                      f"({t['reading']})")
-    return {"claim": "A.landscape", "ours": "; ".join(parts), "verdict": v["verdict"], "note": v["rule"]}
+    return {"claim": "A.landscape", "ours": "; ".join(parts), "verdict": v["verdict"], "note": v["rule"],
+            "from": ("influence_sharpness",)}
 
 
 def scorecard(results: Mapping[str, Result]) -> list[dict]:
@@ -203,7 +204,7 @@ def scorecard(results: Mapping[str, Result]) -> list[dict]:
                 rows.append({"claim": CLAIM_IDS[task], "ours": _untrained(main, task) + " (training "
                              "record of the main sweep: the map's recipe and seeds)", "verdict": NOT_TESTED,
                              "note": "nothing tested: a flip rate of a network that did not train says "
-                                     "nothing about the claim"})
+                                     "nothing about the claim", "from": ("influence_malleability",)})
     if "influence_advtrain" in results:
         rows.append(advtrain_row(results["influence_advtrain"], results.get("influence_map")))
     if "influence_sharpness" in results:
