@@ -182,23 +182,49 @@ def test_a_superseded_experiment_scorecard_is_not_called(monkeypatch):
 
 def test_load_stored_reads_a_named_reduced_config_and_never_computes(tmp_path, monkeypatch):
     """A page reads the paper preset if stored, else the first stored alternative; with none
-    stored it raises NotStored naming the command, instead of starting a paper-scale run."""
+    stored it raises NotStored naming the command, instead of starting a paper-scale run.
+    Simulated on the stored map: a paper preset with a fourth seed is not stored, and the stored
+    three-seed map is named as the alternative."""
     import shutil
 
     from ntkbook import experiments
     from ntkbook.paths import results_dir
 
     monkeypatch.setenv("NTKBOOK_RESULTS", str(tmp_path))
-    reduced = {"tasks": ("mnist10", "mnist_3v8", "fmnist10")}
+    three = {"seeds": (0, 1, 2)}
     with pytest.raises(experiments.NotStored, match="python -m ntkbook run influence_map --scale paper"):
-        experiments.load_stored("influence_map", "paper", (reduced,))
+        experiments.load_stored("influence_map", "paper", (three,), seeds=(0, 1, 2, 3))
     monkeypatch.delenv("NTKBOOK_RESULTS")
-    stored = results_dir() / "influence_map" / "1-149e4e071293"
-    assert stored.exists(), "the reduced map the chapter reads (claims.influence.FALLBACKS) is stored"
+    stored = results_dir() / "influence_map" / "1-060f37804806"
+    assert stored.exists(), "the map the chapter reads is stored"
     shutil.copytree(stored, tmp_path / "influence_map" / stored.name)
     monkeypatch.setenv("NTKBOOK_RESULTS", str(tmp_path))
-    res = experiments.load_stored("influence_map", "paper", (reduced,))
-    assert tuple(res.config["tasks"]) == reduced["tasks"]
+    assert list(experiments.load_stored("influence_map", "paper").config["seeds"]) == [0, 1, 2]
+    with pytest.raises(experiments.NotStored, match="--set seeds=0,1,2,3"):
+        experiments.load_stored("influence_map", "paper", seeds=(0, 1, 2, 3))
+    res = experiments.load_stored("influence_map", "paper", (three,), seeds=(0, 1, 2, 3))
+    assert list(res.config["seeds"]) == [0, 1, 2]
+
+
+def test_a_claims_modules_fallback_stands_in_and_is_named(monkeypatch):
+    """Where the paper preset is not stored, a claims module's FALLBACKS stand in for it on the
+    scorecard, and the row's source names the changed fields (simulated: the map's paper preset
+    is moved to four seeds, which is not stored; the stored three-seed map is the fallback)."""
+    import dataclasses
+
+    from ntkbook.claims import influence as claims_influence
+    from ntkbook.experiments import influence_map
+
+    paper = influence_map.Config.paper()
+    monkeypatch.setattr(influence_map.Config, "paper",
+                        classmethod(lambda cls: dataclasses.replace(paper, seeds=(0, 1, 2, 3))))
+    monkeypatch.setattr(scorecard, "claim_modules", lambda: [claims_influence])
+    rows = {r.claim.id: r for r in scorecard.collect(["influence_map"])}
+    assert rows["A.flip.mnist10"].verdict == scorecard.NOT_MEASURED
+    monkeypatch.setattr(claims_influence, "FALLBACKS", {"influence_map": ({"seeds": (0, 1, 2)},)}, raising=False)
+    rows = {r.claim.id: r for r in scorecard.collect(["influence_map"])}
+    row = rows["A.flip.mnist10"]
+    assert row.verdict != scorecard.NOT_MEASURED and "changed: seeds" in row.source, row.source
 
 
 def test_a_row_credits_only_the_results_it_names(monkeypatch):

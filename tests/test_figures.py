@@ -199,7 +199,7 @@ def _chapter_figures(chapter: str) -> dict:
         from ntkbook.plotting import influence_advtrain, influence_map, influence_sharpness
 
         res, wid, adv = _load("influence_malleability"), _load("influence_width"), _load("influence_advtrain")
-        imp = _load("influence_map", claims_influence.FALLBACKS["influence_map"])
+        imp = _load("influence_map")
         shp = _load("influence_sharpness")
         cfg = res.config
         return {"map": lambda: influence_map.plot_flip_vs_eps(imp, "lam=0.001", paper=claims_influence.PAPER),
@@ -266,7 +266,7 @@ def test_untrained_models_are_marked():
     from ntkbook.influence import readout
     from ntkbook.plotting import influence_map
 
-    imp = _load("influence_map", claims_influence.FALLBACKS["influence_map"])
+    imp = _load("influence_map")
     untrained = [(t, m) for t in imp.config["tasks"] for m in ("relu", "attn") if not readout.trained(imp, t, m)]
     assert untrained  # the stored map has some (MLP-Attn on Fashion-MNIST): the marking is exercised
     fig = influence_map.plot_flip_vs_eps(imp, "lam=0.001")

@@ -33,17 +33,11 @@ from ntkbook.claims.intervals import LEVEL, seed_interval
 from ntkbook.influence.readout import TRAINED_ACC, trained
 from ntkbook.store import Result
 
-__all__ = ["EXPERIMENTS", "FALLBACKS", "PAPER", "CLAIM_IDS", "paper_ratio", "flip_row", "ratio_row",
+__all__ = ["EXPERIMENTS", "PAPER", "CLAIM_IDS", "paper_ratio", "flip_row", "ratio_row",
            "advtrain_row", "landscape_row", "scorecard"]
 
 #: the experiments whose stored paper-scale results these rules read
 EXPERIMENTS = ("influence_map", "influence_advtrain", "influence_malleability", "influence_sharpness")
-
-#: reduced configs the scorecard and the chapter read while the paper preset is not stored: the
-#: influence map's CIFAR tasks (MLP-Attn's 10,000 full-batch steps on 3,072-pixel images, six
-#: networks) are still computing; the MNIST and Fashion-MNIST tasks are stored (their points are
-#: the same computations: each depends only on its task, model and seed)
-FALLBACKS = {"influence_map": ({"tasks": ("mnist10", "mnist_3v8", "fmnist10")},)}
 
 #: Paper A's flip rates (%) of the top-10 % influence scores at eps = 0.3, from its table:
 #: (task, model) -> {attack: rate}

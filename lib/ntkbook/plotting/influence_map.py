@@ -6,12 +6,17 @@ and dashed lines, and "not trained" in the legend."""
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from ntkbook.influence import readout
 from ntkbook.plotting import PALETTE, legend_in, log_ticks, panels
 from ntkbook.stats import mean_spread
 from ntkbook.store import Result
+
+#: a panel title longer than this many characters is wrapped (a panel is about 2 inches wide)
+TITLE_CHARS = 26
 
 MODEL_COLOR = {"relu": PALETTE[0], "attn": PALETTE[1]}
 ATTACK_MARKER = {"fgsm": "o", "pgd": "s", "mim": "^", "flipobj": "D"}
@@ -76,7 +81,8 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd", paper=None
                 any_paper = True
         ax.set_xscale("log")
         log_ticks(ax.xaxis, _spaced(eps))
-        ax.set_title(result["tasks"][task])
+        # a long task name on two lines: one line runs into the next panel's tick labels
+        ax.set_title(textwrap.fill(result["tasks"][task], TITLE_CHARS))
         ax.set_xlabel("ε (L∞)")
         ax.set_ylim(0, 100)
         ax.tick_params(labelleft=True)
