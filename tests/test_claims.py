@@ -234,3 +234,20 @@ def test_a_row_credits_only_the_results_it_names(monkeypatch):
     monkeypatch.setattr(scorecard, "_source", lambda r: f"`{r.name}`")
     (out,) = [r for r in scorecard.rows_from([([res, other], [row])]) if r.claim.id == "A.flip.mnist10"]
     assert out.source == "`influence_map`" and out.experiments == ["influence_map"]
+
+
+def test_ratio_row_says_whether_the_kappa_dependence_could_be_tested():
+    """v2: "the gap depending on dataset condition number". With every tested task on one data set
+    the dependence is not tested (said so, with that set's kappa); with two data sets both kappas
+    are reported beside the ratios. The verdict is the ratio rule's either way."""
+    attn = {e: [30.0, 31.0, 29.0] for e in EPS}
+    gram = Result(name="gram_conditioning", config={}, scalars={"per_dataset": {
+        "mnist": {"kappa_G": 3.8e10}, "cifar10": {"kappa_G": 4.8e7}}})
+    one = _map(RELU, attn, tasks=("mnist10", "mnist_3v8"))
+    row = ci.ratio_row(one, gram)
+    assert "not tested" in row["ours"] and "3.8e+10" in row["ours"] and row["from"] == ("influence_map", "gram_conditioning")
+    assert row["verdict"] == ci.ratio_row(one)["verdict"]
+    two = _map(RELU, attn, tasks=("mnist10", "cifar10"))
+    text = ci.ratio_row(two, gram)["ours"]
+    assert "mnist 3.8e+10" in text and "cifar10 4.8e+07" in text and "not judged" in text
+    assert "kappa" not in ci.ratio_row(two)["ours"]

@@ -31,13 +31,15 @@ from ntkbook.claims import influence_map as imap
 from ntkbook.claims import influence_sharpness as sharp_claims
 from ntkbook.claims.intervals import LEVEL, seed_interval
 from ntkbook.influence.readout import TRAINED_ACC, trained
+from ntkbook.influence.tasks import TASKS
 from ntkbook.store import Result
 
-__all__ = ["EXPERIMENTS", "PAPER", "CLAIM_IDS", "paper_ratio", "flip_row", "ratio_row",
+__all__ = ["EXPERIMENTS", "PAPER", "CLAIM_IDS", "paper_ratio", "flip_row", "kappa_of", "kappa_reading", "ratio_row",
            "advtrain_row", "landscape_row", "scorecard"]
 
 #: the experiments whose stored paper-scale results these rules read
-EXPERIMENTS = ("influence_map", "influence_advtrain", "influence_malleability", "influence_sharpness")
+EXPERIMENTS = ("influence_map", "influence_advtrain", "influence_malleability", "influence_sharpness",
+               "gram_conditioning")
 
 #: Paper A's flip rates (%) of the top-10 % influence scores at eps = 0.3, from its table:
 #: (task, model) -> {attack: rate}
@@ -113,13 +115,40 @@ def flip_row(result: Result, task: str) -> dict:
             "note": note, "from": ("influence_map",)}
 
 
-def ratio_row(result: Result) -> dict:
+def kappa_of(gram: Result, task: str) -> float:
+    """kappa(G) of the data Gram of ``task``'s data set (nonzero spectrum; ``gram_conditioning``,
+    the attention-width chapter's measurement on 100 images per class)."""
+    return float(gram.scalars["per_dataset"][TASKS[task][0]]["kappa_G"])
+
+
+def kappa_reading(result: Result, gram: Result) -> str:
+    """What the map can say about v2's "the gap depending on dataset condition number": the
+    matched-point ratio of each task with both models trained beside its data set's kappa(G); the
+    dependence is testable only with tested tasks on at least two data sets (reported, not judged:
+    a handful of data sets cannot separate kappa from everything else that differs between them)."""
+    tested = [t for t in result.config["tasks"] if t in CLAIM_IDS and imap.both_trained(result, t)]
+    by_set: dict[str, list[str]] = {}
+    for task in tested:
+        by_set.setdefault(TASKS[task][0], []).append(task)
+    untested = sorted({TASKS[t][0] for t in result.config["tasks"]} - set(by_set))
+    kappas = ", ".join(f"{d} {kappa_of(gram, by_set[d][0]):.1e}" for d in by_set)
+    if len(by_set) < 2:
+        return (f"the gap's dependence on the data set's condition number is not tested: the tasks with "
+                f"both models trained are all on {', '.join(by_set) or 'no data set'} (kappa(G) {kappa_of(gram, tested[0]):.1e})"
+                if tested else "the gap's dependence on the condition number is not tested: no task trained") + (
+                f"; MLP-Attn does not train on {', '.join(untested)}" if untested else "")
+    return f"kappa(G) per data set with a tested task: {kappas} (reported beside the ratios, not judged)"
+
+
+def ratio_row(result: Result, gram: Result | None = None) -> dict:
     """A.flip.ratio: across the tasks where both models trained, the ratio at the matched point
     against the paper's range (v2: "2-9x"): reproduces when on every tested task attention's
     excess is significant and the ratio of means lies in the range; partly when the excess is
     significant on every tested task but some ratio lies outside the range, or when it holds on
-    most tasks; not tested with no task tested."""
+    most tasks; not tested with no task tested. With ``gram`` (``gram_conditioning``) the row
+    also says what the map can tell of the gap's dependence on kappa(G) (:func:`kappa_reading`)."""
     tested = [t for t in result.config["tasks"] if t in CLAIM_IDS and imap.both_trained(result, t)]
+    sources = ("influence_map",) + (("gram_conditioning",) if gram is not None else ())
     if not tested:
         return {"claim": "A.flip.ratio", "ours": "no task with both models trained",
                 "verdict": NOT_TESTED, "note": "nothing tested", "from": ("influence_map",)}
@@ -133,13 +162,16 @@ def ratio_row(result: Result) -> dict:
         parts.append(f"{task} {size:.1f}x at eps {mp.read_at:g}")
     untested = [t for t in result.config["tasks"] if t in CLAIM_IDS and t not in tested]
     ours = ", ".join(parts) + (f"; not tested: {', '.join(untested)}" if untested else "")
+    if gram is not None:
+        ours += "; " + kappa_reading(result, gram)
     both = [d and r for d, r in zip(direction, in_range)]
     return {"claim": "A.flip.ratio", "ours": ours,
             "verdict": verdicts.ladder(all(both), all(direction) or sum(both) > len(both) / 2),
             "note": f"reproduces when on every task with both models trained attention's PGD flip "
                     f"rate exceeds ReLU's ({LEVEL:.0%} interval of the paired difference above 0) and "
                     f"the ratio of means at the matched point lies in {lo:g}-{hi:g}x; partly when "
-                    f"the excess holds on every such task, or both hold on most", "from": ("influence_map",)}
+                    f"the excess holds on every such task, or both hold on most; the dependence on "
+                    f"kappa(G) is reported, not judged", "from": sources}
 
 
 def advtrain_row(adv: Result, imp: Result | None = None) -> dict:
@@ -187,7 +219,7 @@ def scorecard(results: Mapping[str, Result]) -> list[dict]:
     if "influence_map" in results:
         res = results["influence_map"]
         rows += [flip_row(res, t) for t in res.config["tasks"] if t in CLAIM_IDS]
-        rows.append(ratio_row(res))
+        rows.append(ratio_row(res, results.get("gram_conditioning")))
     # tasks the map does not hold (yet): the main sweep trained the same networks (same recipe and
     # seeds), so its training record says whether there is anything to test
     main = results.get("influence_malleability")
