@@ -245,9 +245,9 @@ def test_ratio_row_says_whether_the_kappa_dependence_could_be_tested():
         "mnist": {"kappa_G": 3.8e10}, "cifar10": {"kappa_G": 4.8e7}}})
     one = _map(RELU, attn, tasks=("mnist10", "mnist_3v8"))
     row = ci.ratio_row(one, gram)
-    assert "not tested" in row["ours"] and "3.8e+10" in row["ours"] and row["from"] == ("influence_map", "gram_conditioning")
+    assert "not tested" in row["ours"] and "3.8×10¹⁰" in row["ours"] and row["from"] == ("influence_map", "gram_conditioning")
     assert row["verdict"] == ci.ratio_row(one)["verdict"]
     two = _map(RELU, attn, tasks=("mnist10", "cifar10"))
     text = ci.ratio_row(two, gram)["ours"]
-    assert "mnist 3.8e+10" in text and "cifar10 4.8e+07" in text and "not judged" in text
-    assert "kappa" not in ci.ratio_row(two)["ours"]
+    assert "mnist 3.8×10¹⁰" in text and "cifar10 4.8×10⁷" in text and "not judged" in text and "κ(G)" in text
+    assert "κ(G)" not in ci.ratio_row(two)["ours"]

@@ -32,6 +32,7 @@ from ntkbook.claims import influence_sharpness as sharp_claims
 from ntkbook.claims.intervals import LEVEL, seed_interval
 from ntkbook.influence.readout import TRAINED_ACC, trained
 from ntkbook.influence.tasks import TASKS
+from ntkbook.numbers import sci
 from ntkbook.store import Result
 
 __all__ = ["EXPERIMENTS", "PAPER", "CLAIM_IDS", "paper_ratio", "flip_row", "kappa_of", "kappa_reading", "ratio_row",
@@ -123,7 +124,7 @@ def kappa_of(gram: Result, task: str) -> float:
 
 def kappa_reading(result: Result, gram: Result) -> str:
     """What the map can say about v2's "the gap depending on dataset condition number": the
-    matched-point ratio of each task with both models trained beside its data set's kappa(G); the
+    matched-point ratio of each task with both models trained beside its data set's κ(G); the
     dependence is testable only with tested tasks on at least two data sets (reported, not judged:
     a handful of data sets cannot separate kappa from everything else that differs between them)."""
     tested = [t for t in result.config["tasks"] if t in CLAIM_IDS and imap.both_trained(result, t)]
@@ -131,13 +132,13 @@ def kappa_reading(result: Result, gram: Result) -> str:
     for task in tested:
         by_set.setdefault(TASKS[task][0], []).append(task)
     untested = sorted({TASKS[t][0] for t in result.config["tasks"]} - set(by_set))
-    kappas = ", ".join(f"{d} {kappa_of(gram, by_set[d][0]):.1e}" for d in by_set)
+    kappas = ", ".join(f"{d} {sci(kappa_of(gram, by_set[d][0]), 1)}" for d in by_set)
     if len(by_set) < 2:
         return (f"the gap's dependence on the data set's condition number is not tested: the tasks with "
-                f"both models trained are all on {', '.join(by_set) or 'no data set'} (kappa(G) {kappa_of(gram, tested[0]):.1e})"
+                f"both models trained are all on {', '.join(by_set) or 'no data set'} (κ(G) {sci(kappa_of(gram, tested[0]), 1)})"
                 if tested else "the gap's dependence on the condition number is not tested: no task trained") + (
                 f"; MLP-Attn does not train on {', '.join(untested)}" if untested else "")
-    return f"kappa(G) per data set with a tested task: {kappas} (reported beside the ratios, not judged)"
+    return f"κ(G) per data set with a tested task: {kappas} (reported beside the ratios, not judged)"
 
 
 def ratio_row(result: Result, gram: Result | None = None) -> dict:
@@ -171,7 +172,7 @@ def ratio_row(result: Result, gram: Result | None = None) -> dict:
                     f"rate exceeds ReLU's ({LEVEL:.0%} interval of the paired difference above 0) and "
                     f"the ratio of means at the matched point lies in {lo:g}-{hi:g}x; partly when "
                     f"the excess holds on every such task, or both hold on most; the dependence on "
-                    f"kappa(G) is reported, not judged", "from": sources}
+                    f"κ(G) is reported, not judged", "from": sources}
 
 
 def advtrain_row(adv: Result, imp: Result | None = None) -> dict:
