@@ -251,3 +251,14 @@ def test_ratio_row_says_whether_the_kappa_dependence_could_be_tested():
     text = ci.ratio_row(two, gram)["ours"]
     assert "mnist 3.8×10¹⁰" in text and "cifar10 4.8×10⁷" in text and "not judged" in text and "κ(G)" in text
     assert "κ(G)" not in ci.ratio_row(two)["ours"]
+
+
+def test_a_row_may_credit_the_result_objects_it_read():
+    """A claims module that loaded an entry itself (e.g. a run with more seeds in place of the
+    paper preset) lists that result in "from": the source line credits it, not the one given."""
+    given = Result(name="ntk_distance", config={}, scalars={})
+    read = Result(name="ntk_distance", config={"seeds": [0, 1, 2, 3, 4]}, scalars={})
+    other = Result(name="ntk_distance_fullbatch", config={}, scalars={})
+    assert scorecard._credited([given, other], None) == [given, other]
+    assert scorecard._credited([given, other], ("ntk_distance_fullbatch",)) == [other]
+    assert scorecard._credited([given, other], (read, "ntk_distance_fullbatch")) == [read, other]

@@ -154,6 +154,8 @@ def test_relu_rows_read_the_five_seed_run_where_stored(monkeypatch):
     rows = {r["claim"]: r for r in cd.scorecard({"ntk_distance": three})}
     assert "5 seeds" in rows["A.distance.relu"]["ours"] and "5-seed" in rows["A.distance.relu"]["note"]
     assert "3 seeds" in rows["A.distance.attn"]["ours"]
+    # each row credits the entries it read: 2L-ReLU's the 5-seed run, MLP-Attn's the paper preset
+    assert rows["A.distance.relu"]["from"] == (five,) and rows["A.distance.attn"]["from"] == (three,)
 
 
 def test_rows_on_the_stored_paper_results():
@@ -169,6 +171,10 @@ def test_rows_on_the_stored_paper_results():
     chapter = {r.claim.id: r for r in scorecard.chapter_rows("attention_width", [dist, fb])}
     assert chapter["A.distance.relu"].verdict == rows["A.distance.relu"]["verdict"]
     assert chapter["A.distance.attn"].verdict == rows["A.distance.attn"]["verdict"]
+    # the source lines credit the entries each row read (2L-ReLU: its stored 5-seed runs)
+    assert [list(r.config["seeds"]) for r in rows["A.distance.relu"]["from"]] == [[0, 1, 2, 3, 4]] * 2
+    assert chapter["A.distance.relu"].source.count("seeds=[0, 1, 2, 3, 4]") == 2
+    assert "changed" not in chapter["A.distance.attn"].source
 
 
 def test_seed_slopes_of_a_bare_series():

@@ -222,9 +222,19 @@ def _join(parts: Iterable[str], sep: str = "; ") -> str:
                     + kept[-1:])
 
 
+def _credited(results: list, named) -> list:
+    """The results a row's source line credits: every result given when the row has no ``"from"``;
+    else those of the experiments it names, and any result object it lists itself (an entry the
+    claims module loaded in place of the one given, e.g. a run with more seeds)."""
+    if named is None:
+        return list(results)
+    names = {n for n in named if isinstance(n, str)}
+    return [x for x in named if not isinstance(x, str)] + [res for res in results if res.name in names]
+
+
 def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
     """One :class:`Row` per catalogued claim from ``(result or results, scorecard rows)`` pairs (a
-    row's optional ``"from"``, experiment names, limits the results its source line credits).
+    row's optional ``"from"`` names the results its source line credits: :func:`_credited`).
     Several rows for one claim (e.g. from several experiments) are joined; their verdict is the
     common one, or "partly" when they differ (a row that tested nothing, :data:`NOT_TESTED`, gives
     way to one that did)."""
@@ -241,9 +251,7 @@ def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
             row.ours = r["ours"] if first else _join([row.ours, r["ours"]])
             note = str(r.get("note", "")).strip()
             row.note = note if first else _join([row.note, note])
-            # a row may name the experiments it read ("from"); else it credits every result given
-            named = r.get("from")
-            for result in (res for res in results if named is None or res.name in named):
+            for result in _credited(results, r.get("from")):
                 src = _source(result)
                 if src not in row.source:
                     row.source = src if not row.source else f"{row.source}; {src}"

@@ -274,7 +274,9 @@ def distance_row(results: Mapping[str, Result], model: str) -> dict | None:
         note += "; 2L-ReLU read from the stored 5-seed runs (RELU_SEEDS) of " + " and ".join(swapped)
     if not tested:
         note += "; nothing tested: no line whose networks all trained, with two seeds or more"
-    return {"claim": _CLAIMS[model], "ours": "; ".join(parts), "verdict": verdict, "note": note}
+    # the source line credits the entries read (the 5-seed runs where they replaced a paper preset)
+    return {"claim": _CLAIMS[model], "ours": "; ".join(parts), "verdict": verdict, "note": note,
+            "from": tuple(used[name] for name in EXPERIMENTS if name in used)}
 
 
 def scorecard(results: Mapping[str, Result]) -> list[dict]:
