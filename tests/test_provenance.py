@@ -1,9 +1,9 @@
 """Every stored paper-scale result names the clean commit that computed it, and that commit is in
 this repository's history: a number in the book can always be traced to the code that made it.
 
-One result predates recorded commits (computed on a lent H200 GPU before the store recorded
-them) and does not fit on 2 CPU cores: it is listed in ``AWAITING_RECOMPUTE`` with why and how to
-recompute it. The list can only shrink: an entry listed here that has a recorded commit, or that
+A result that cannot name its commit (e.g. computed elsewhere before the store recorded commits)
+would be listed in ``AWAITING_RECOMPUTE`` with why and how to recompute it; none is now. The list
+can only shrink: an entry listed here that has a recorded commit, or that
 is no longer stored, fails the test until it is removed from the list."""
 
 from __future__ import annotations
@@ -19,14 +19,7 @@ RESULTS = REPO / "results"
 ENTRIES = sorted(p.parent for p in RESULTS.glob("*/*/result.json"))
 
 #: "<experiment>/<entry>" -> why it has no recorded commit and how to recompute it
-AWAITING_RECOMPUTE = {
-    "modular_mlp/1-d1ce1671db99": (
-        "p = 59 (3,481 inputs): 59 s in all on an H200, but each of its six engine kernels takes over "
-        "half an hour on 2 CPU cores (a clean-commit CPU run on 2026-12-02 had not finished the first "
-        "after 31 min; the cost model says about 22 h for the six); recompute with `python -m ntkbook "
-        "run modular_mlp --scale paper --set p=59 --set snapshot_every=100 --set 'seeds=[0]' --set "
-        "n_eigvecs=0 --set crosscheck=false` on a GPU"),
-}
+AWAITING_RECOMPUTE: dict[str, str] = {}
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:

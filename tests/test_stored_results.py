@@ -148,7 +148,9 @@ def test_modular_mlp_statements(label):
     """Every model trained and grokked; the first cliff has exactly 4 floor(p/2) eigenvalues at
     the end of training and spans the single-operand features; on the main preset the second
     cliff spans the sum/difference features and the kernel paths agree to round-off."""
-    over = {} if label == "main" else modular_mlp.variants("paper")[label]
+    from ntkbook.claims import modular_mlp as claims_mm
+
+    over = {} if label == "main" else claims_mm.variants("paper")[label]
     r = paper("modular_mlp", **over)
     modular_mlp.require_trained(r)
     p = r.config["p"]
