@@ -122,23 +122,30 @@ def kappa_of(gram: Result, task: str) -> float:
     return float(gram.scalars["per_dataset"][TASKS[task][0]]["kappa_G"])
 
 
+def _tested(result: Result) -> list[str]:
+    """The map's tasks with a claim of their own on which both models trained."""
+    return [t for t in result.config["tasks"] if t in CLAIM_IDS and imap.both_trained(result, t)]
+
+
 def kappa_reading(result: Result, gram: Result) -> str:
     """What the map can say about v2's "the gap depending on dataset condition number": the
     matched-point ratio of each task with both models trained beside its data set's κ(G); the
     dependence is testable only with tested tasks on at least two data sets (reported, not judged:
     a handful of data sets cannot separate kappa from everything else that differs between them)."""
-    tested = [t for t in result.config["tasks"] if t in CLAIM_IDS and imap.both_trained(result, t)]
-    by_set: dict[str, list[str]] = {}
+    tested = _tested(result)
+    if not tested:
+        return "the gap's dependence on the condition number is not tested: no task trained"
+    first = {}  # data set -> its first tested task
     for task in tested:
-        by_set.setdefault(TASKS[task][0], []).append(task)
-    untested = sorted({TASKS[t][0] for t in result.config["tasks"]} - set(by_set))
-    kappas = ", ".join(f"{d} {sci(kappa_of(gram, by_set[d][0]), 1)}" for d in by_set)
-    if len(by_set) < 2:
-        return (f"the gap's dependence on the data set's condition number is not tested: the tasks with "
-                f"both models trained are all on {', '.join(by_set) or 'no data set'} (κ(G) {sci(kappa_of(gram, tested[0]), 1)})"
-                if tested else "the gap's dependence on the condition number is not tested: no task trained") + (
-                f"; MLP-Attn does not train on {', '.join(untested)}" if untested else "")
-    return f"κ(G) per data set with a tested task: {kappas} (reported beside the ratios, not judged)"
+        first.setdefault(TASKS[task][0], task)
+    if len(first) >= 2:
+        kappas = ", ".join(f"{d} {sci(kappa_of(gram, t), 1)}" for d, t in first.items())
+        return f"κ(G) per data set with a tested task: {kappas} (reported beside the ratios, not judged)"
+    (only, task), = first.items()
+    untested = sorted({TASKS[t][0] for t in result.config["tasks"]} - {only})
+    return (f"the gap's dependence on the data set's condition number is not tested: the tasks with "
+            f"both models trained are all on {only} (κ(G) {sci(kappa_of(gram, task), 1)})"
+            + (f"; MLP-Attn does not train on {', '.join(untested)}" if untested else ""))
 
 
 def ratio_row(result: Result, gram: Result | None = None) -> dict:
@@ -148,7 +155,7 @@ def ratio_row(result: Result, gram: Result | None = None) -> dict:
     significant on every tested task but some ratio lies outside the range, or when it holds on
     most tasks; not tested with no task tested. With ``gram`` (``gram_conditioning``) the row
     also says what the map can tell of the gap's dependence on kappa(G) (:func:`kappa_reading`)."""
-    tested = [t for t in result.config["tasks"] if t in CLAIM_IDS and imap.both_trained(result, t)]
+    tested = _tested(result)
     sources = ("influence_map",) + (("gram_conditioning",) if gram is not None else ())
     if not tested:
         return {"claim": "A.flip.ratio", "ours": "no task with both models trained",
