@@ -85,3 +85,22 @@ def test_build_typesets_running_text_but_not_code_or_math():
     bookbuild._typeset_doctree(None, doc, "x")
     assert para.astext() == "slope −0.34, 1.9×, a → b x = -1 -> 2-1/2"
     assert block.astext() == "print(-1)"
+
+
+def test_recorded_smoke_times_come_from_an_empty_cache(tmp_path, monkeypatch):
+    """`--record-times` at smoke scale executes the chapters with an empty smoke cache, so the
+    times stored for the run boxes are those of a run from scratch, not of reused results."""
+    import os
+
+    monkeypatch.setenv("NTKBOOK_CACHE", str(tmp_path))
+    (tmp_path / "stored").mkdir()
+    with bookbuild._fresh_smoke_cache(True):
+        inside = os.environ["NTKBOOK_CACHE"]
+        assert inside != str(tmp_path) and os.path.isdir(inside) and not os.listdir(inside)
+    assert os.environ["NTKBOOK_CACHE"] == str(tmp_path) and not os.path.exists(inside)
+    with bookbuild._fresh_smoke_cache(False):
+        assert os.environ["NTKBOOK_CACHE"] == str(tmp_path)
+    monkeypatch.delenv("NTKBOOK_CACHE")
+    with bookbuild._fresh_smoke_cache(True):
+        assert os.environ["NTKBOOK_CACHE"]
+    assert "NTKBOOK_CACHE" not in os.environ

@@ -483,6 +483,55 @@ def test_load_or_run_paper_uses_store(tmp_path, monkeypatch):
         experiments.get("nope")
 
 
+def test_load_or_run_smoke_reuses_only_todays_result(tmp_path, monkeypatch):
+    """A smoke result is reused only when today's code computed it in this environment: a change
+    of code hash or of a package version recomputes it, and ``recompute`` always does."""
+    monkeypatch.setenv("NTKBOOK_CACHE", str(tmp_path))
+    calls = []
+    real = demo_sweep.rms_error
+
+    def counted(*args):
+        calls.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(demo_sweep, "rms_error", counted)
+    n = len(demo_sweep.Config.smoke().sample_sizes)
+    first = experiments.load_or_run("demo_sweep", "smoke")
+    assert len(calls) == n
+    second = experiments.load_or_run("demo_sweep", "smoke")
+    assert len(calls) == n, "today's smoke result was recomputed instead of reused"
+    assert second.provenance["date"] == first.provenance["date"]
+    np.testing.assert_array_equal(first["rms_error"], second["rms_error"])
+    experiments.load_or_run("demo_sweep", "smoke", recompute=True)
+    assert len(calls) == 2 * n
+    # other code: the stored result is not today's and is recomputed (and replaced)
+    monkeypatch.setattr(experiments, "code_hash", lambda name: "0123456789abcdef")
+    third = experiments.load_or_run("demo_sweep", "smoke")
+    assert len(calls) == 3 * n and third.provenance["code_sha256"] == "0123456789abcdef"
+    experiments.load_or_run("demo_sweep", "smoke")
+    assert len(calls) == 3 * n
+    # another jax version: recomputed too
+    real_prov = store_mod.provenance
+
+    def other_jax(**kw):
+        prov = real_prov(**kw)
+        return {**prov, "versions": {**prov["versions"], "jax": "0.0.1"}}
+
+    monkeypatch.setattr(store_mod, "provenance", other_jax)
+    experiments.load_or_run("demo_sweep", "smoke")
+    assert len(calls) == 4 * n
+
+
+def test_computed_here_compares_code_and_environment():
+    prov = {**store_mod.provenance(), "code_sha256": "abc"}
+    assert store_mod.computed_here(prov, "abc")
+    assert not store_mod.computed_here(prov, "abd")
+    assert not store_mod.computed_here(prov, "")
+    for key, other in (("python", "2.7.18"), ("backend", "gpu"), ("device", "NVIDIA H200"), ("x64", None)):
+        assert not store_mod.computed_here({**prov, key: other}, "abc"), key
+    assert not store_mod.computed_here({k: v for k, v in prov.items() if k != "versions"}, "abc")
+
+
 def test_every_experiment_has_presets():
     for name in experiments.EXPERIMENTS:
         module = experiments.get(name)

@@ -218,6 +218,17 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def computed_here(prov: Mapping[str, Any], code: str) -> bool:
+    """Whether a result with provenance ``prov`` was computed by the code with hash ``code`` in
+    this environment: the same package versions, Python, JAX backend and devices, and x64 flag.
+    Such a result is what a rerun here would compute (the experiments are seeded), so a smoke
+    result can be reused instead of recomputed."""
+    if not code or prov.get("code_sha256") != code:
+        return False
+    now = provenance()
+    return all(prov.get(k) == now[k] for k in ("versions", "python", "backend", "device", "x64"))
+
+
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(
@@ -789,6 +800,7 @@ class Store:
         *,
         code: str = "",
         recompute: bool = False,
+        current_only: bool = False,
         wait: bool = True,
         on_start: Callable[[], None] | None = None,
     ) -> Result:
@@ -797,17 +809,23 @@ class Store:
         A concurrent run of the same entry is waited for and its result returned (or, with
         ``wait=False``, refused). ``recompute`` ignores a stored entry and clears every
         checkpoint; otherwise checkpoints of other code than ``code`` are cleared and the rest
-        resumed. Provenance (commit, code hash, wall time, resumed points) is added here.
+        resumed. ``current_only`` (smoke results) returns a stored entry only when today's code
+        (``code``) computed it in today's environment (:func:`computed_here`), and recomputes it
+        otherwise. Provenance (commit, code hash, wall time, resumed points) is added here.
         """
         import time
 
+        def usable() -> bool:
+            found = self._verified(name, version, config)
+            return found is not None and (not current_only or computed_here(found[0]["provenance"], code))
+
         if not recompute:  # a stored entry is read under the shared lock, like any other read
             with self.lock(name, version, config, shared=True, wait=wait):
-                if self._verified(name, version, config) is not None:
+                if usable():
                     return self._load(name, version, config)
         with self.lock(name, version, config, wait=wait):
             # another process may have stored it between the two locks
-            if not recompute and self._verified(name, version, config) is not None:
+            if not recompute and usable():
                 return self._load(name, version, config)
             prov = provenance()
             self.check_provenance(name, prov)

@@ -42,6 +42,7 @@ arrows, inequalities, ×; :func:`ntkbook.book.report.typeset_characters`), code 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -49,6 +50,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -326,6 +328,47 @@ def record_times(scale: str, summary: dict[str, dict], path: Path = TIMES_FILE) 
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
 
+@contextlib.contextmanager
+def _fresh_smoke_cache(fresh: bool):
+    """With ``fresh``, point ``$NTKBOOK_CACHE`` at an empty folder while the chapters execute, so
+    that every smoke result is computed and the recorded times are those of a run from scratch
+    (a smoke result computed earlier by today's code is otherwise reused)."""
+    if not fresh:
+        yield
+        return
+    old = os.environ.get("NTKBOOK_CACHE")
+    with tempfile.TemporaryDirectory(prefix="ntkbook-smoke-") as tmp:
+        os.environ["NTKBOOK_CACHE"] = tmp
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("NTKBOOK_CACHE", None)
+            else:
+                os.environ["NTKBOOK_CACHE"] = old
+
+
+def _execute_all(todo: list[str], repo: Path, src_dir: Path, scale: str, edition: str, summary: dict,
+                 failed: list) -> None:
+    """Execute each chapter of ``todo`` into ``src_dir``, recording its status in ``summary`` and
+    its name in ``failed`` when it raises (every chapter is tried)."""
+    import nbformat
+
+    for chapter in todo:
+        dest = src_dir / Path(chapter).with_suffix(".ipynb")
+        print(f"[{scale}] executing {chapter} ...", flush=True)
+        try:
+            seconds = execute_chapter(repo / chapter, dest, scale)
+            if edition == "student":
+                nbformat.write(strip_solutions_notebook(nbformat.read(dest, as_version=4), chapter), dest)
+            summary[chapter] = {"status": "ok", "seconds": round(seconds, 1)}
+            print(f"[{scale}] {chapter}: ok in {seconds:.1f}s", flush=True)
+        except Exception as exc:  # report every failing chapter, then fail
+            summary[chapter] = {"status": "failed", "error": str(exc)}
+            failed.append(chapter)
+            print(f"[{scale}] {exc}", file=sys.stderr, flush=True)
+
+
 def build(scale: str, chapters: list[str] | None = None, execute_only: bool = False,
           out: Path | None = None, reuse_others: bool = False, times: bool = False,
           edition: str = "teacher", repo: Path = REPO) -> int:
@@ -370,19 +413,8 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
                     if k not in todo and isinstance(v, dict)}
     summary: dict[str, dict] = {}
     failed = []
-    for chapter in todo:
-        dest = src_dir / Path(chapter).with_suffix(".ipynb")
-        print(f"[{scale}] executing {chapter} ...", flush=True)
-        try:
-            seconds = execute_chapter(repo / chapter, dest, scale)
-            if edition == "student":
-                nbformat.write(strip_solutions_notebook(nbformat.read(dest, as_version=4), chapter), dest)
-            summary[chapter] = {"status": "ok", "seconds": round(seconds, 1)}
-            print(f"[{scale}] {chapter}: ok in {seconds:.1f}s", flush=True)
-        except Exception as exc:  # report every failing chapter, then fail
-            summary[chapter] = {"status": "failed", "error": str(exc)}
-            failed.append(chapter)
-            print(f"[{scale}] {exc}", file=sys.stderr, flush=True)
+    with _fresh_smoke_cache(scale == "smoke" and times):
+        _execute_all(todo, repo, src_dir, scale, edition, summary, failed)
     out.mkdir(parents=True, exist_ok=True)
     summary_file.write_text(json.dumps({**previous, **summary}, indent=1))
     if times:

@@ -317,7 +317,7 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
                  + ", ".join(f"`{k}`" for k in knobs) + ".") if knobs else ""
     lines = ["```{admonition} Run this chapter", ":class: tip run-this-chapter", "",
              f"- **Command** (from the repository root): `make chapter CH={chapter} SCALE=smoke` "
-             f"renders this page from scratch at smoke scale; `make chapter CH={chapter}` at paper "
+             f"computes this page's experiments at smoke scale; `make chapter CH={chapter}` at paper "
              f"scale (stored results). Or open it as a notebook: `make lab CH={chapter}` "
              f"(JupyterLab with jupytext).{knob_text}"]
     if data:

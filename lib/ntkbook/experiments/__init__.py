@@ -19,7 +19,8 @@ Each experiment module defines
   the stored numbers: a new ``VERSION``).
 
 :func:`load_or_run` is what chapters call: the paper-scale result comes from ``results/``
-(computed and saved there when missing); the smoke-scale result is computed from scratch.
+(computed and saved there when missing); the smoke-scale result is computed and cached in
+:func:`cache_dir`, and reused only while today's code and environment are the ones that computed it.
 """
 
 from __future__ import annotations
@@ -232,12 +233,13 @@ def check_finite(name: str, result: Result, allowed: dict[str, str] | None = Non
 
 
 def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = False,
-                 wait: bool = True) -> Result:
+                 current_only: bool = False, wait: bool = True) -> Result:
     """Run experiment ``name`` with ``config``, checkpointing points, and save it in ``store``.
 
     Holds the entry's lock (see :meth:`ntkbook.store.Store.get_or_compute`): a concurrent run of
     the same entry is waited for and its result loaded. Without ``recompute`` a stored, verified
-    entry is loaded, not recomputed.
+    entry is loaded, not recomputed; with ``current_only`` only if today's code computed it in
+    this environment (:func:`ntkbook.store.computed_here`).
     """
     module = get(name)
     code = code_hash(module.__name__)
@@ -257,7 +259,8 @@ def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = Fals
         return result
 
     return store.get_or_compute(name, module.VERSION, config, compute,
-                                code=code, recompute=recompute, wait=wait, on_start=announce)
+                                code=code, recompute=recompute, current_only=current_only, wait=wait,
+                                on_start=announce)
 
 
 def load_or_run(name: str, scale: str = "paper", *, recompute: bool = False, **overrides: Any) -> Result:
@@ -265,11 +268,13 @@ def load_or_run(name: str, scale: str = "paper", *, recompute: bool = False, **o
 
     Paper scale: loaded from :func:`results_dir` when stored (after checking its content hashes),
     else computed and saved there (only from committed code, see :class:`ntkbook.store.Store`).
-    Smoke scale: always computed from scratch (saved under :func:`cache_dir`).
+    Smoke scale: computed and saved under :func:`cache_dir`; a smoke result stored there is
+    reused only when today's code computed it in this environment (same code hash, package
+    versions, backend), so an edit to the code recomputes it (``recompute`` always does).
     """
     config = make_config(name, scale, **overrides)
     store = store_for(scale)
-    return run_and_save(name, config, store, recompute=recompute or scale == "smoke")
+    return run_and_save(name, config, store, recompute=recompute, current_only=scale == "smoke")
 
 
 class NotStored(NtkbookError):
