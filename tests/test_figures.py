@@ -147,7 +147,8 @@ def _gemma_figures():
         depth += claims.depth_rows(claims.first_sweep(32), "first data set")
     title = f"layer {layer}, N = {res['N']}, {res.config['n_splits']} splits by story"
     return {
-        "spectrum": lambda: gemma.plot_spectrum(res, layer),
+        "spectrum": lambda: gemma.plot_spectrum(res, claims.ritz_convergence(res, layer), layer,
+                                                pinned_ratio=claims.PINNED_RATIO),
         "pos": lambda: gemma.plot_split_differences(claims.split_table(p, "pos"), f"Parts of speech, {title}",
                                                     claims.WIN_SHARE),
         "morph": lambda: gemma.plot_split_differences(claims.split_table(p, "morph"),

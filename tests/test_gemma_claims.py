@@ -18,6 +18,8 @@ from ntkbook.gemma.pos_data import CLASSES  # noqa: E402
 from ntkbook.store import Result  # noqa: E402
 
 N_SPLITS = 20
+#: the splits stored as arrays in a synthetic result (split_test)
+STORED_SPLITS = 4
 
 
 def _split_row(task: str, share: float, support: int = 40, gap: float = 0.05) -> dict:
@@ -49,8 +51,19 @@ def _result(pos_shares, morph_shares, layer: int = 16, n_per_class: int = 12) ->
              "morph": [{"task": f, "entk_base_rate": 0.1} for f in morph], "morph_n": len(morph),
              "morph_splits": [_split_row(f, s) for f, s in zip(morph, morph_shares)]}
     config = dataclasses.replace(gemma_probe.Config.paper(), layers=(layer,))
+    # splits by "story" (here by context): half of each class on the test side, reshuffled per split
+    # (a few: the readings that re-choose modes on every split need no more)
+    rng = np.random.default_rng(0)
+    split_test = np.zeros((STORED_SPLITS, N), bool)
+    for s in range(STORED_SPLITS):
+        for c in range(len(CLASSES)):
+            split_test[s, rng.permutation(np.flatnonzero(labels == c))[: n_per_class // 2]] = True
+    k = len(CLASSES)
+    key = lambda name: gemma_probe.point_key(layer, "down_proj", name)  # noqa: E731
     return Result(gemma_probe.NAME, dataclasses.asdict(config),
-                  arrays={gemma_probe.point_key(layer, "down_proj", "entk_scores"): scores},
+                  arrays={key("entk_scores"): scores, key("pca_scores"): rng.normal(size=(k, N)),
+                          key("eigenvalues"): np.linspace(10.0, 1.0, k), key("ritz_residuals"): np.zeros(k),
+                          "split_test": split_test},
                   scalars={"points": [point], "N": N, "stories": N, "labels": labels.tolist(),
                            "classes": list(CLASSES),
                            "identity": {"rel_err": 2e-9, "N": 2, "P": 10, "param_set": ["k_norm"]},
@@ -85,7 +98,10 @@ def test_scorecard_verdicts_by_robust_ap_wins():
     assert every["B.gemma.morph_vs_pca"]["verdict"] == "reproduces"
     assert "2/3" in every["B.gemma.morph_vs_pca"]["ours"]
     assert every["B.gemma.spectrum_identity"]["verdict"] == "reproduces"
-    assert every["B.gemma.top_contexts"]["verdict"] == "reproduces"   # purity 1 by construction
+    # purity 1 by construction: the chosen mode scores 1 on its class, and the test side holds 6 per class
+    top = every["B.gemma.top_contexts"]
+    assert top["verdict"] == "reproduces" and "top-6 purity on held-out stories 1.00" in top["ours"]
+    assert "chance 0.12" in top["ours"] and "in at least 80% of the splits" in top["note"]
     # one class won in 60 % of the splits only: not a win, so 7/8 (partly); 4 classes: still half
     one_short = {r["claim"]: r for r in claims.scorecard({"gemma_probe": _result([0.8] * 7 + [0.6], [0.8, 0.6, 0.6])})}
     assert one_short["B.gemma.pos_vs_pca"]["verdict"] == "partly"
@@ -177,3 +193,62 @@ def test_stored_reads_without_computing(tmp_path, monkeypatch):
     assert claims.stored("gemma_probe", "paper", **gemma_probe.sweep_overrides(3, 32)) is None
     assert claims.probe_sweep(32) == {}
     assert not any(tmp_path.iterdir())
+
+
+def test_ritz_convergence_compares_the_residual_with_the_gap_not_the_eigenvalue():
+    res = _result([0.8] * 8, [])
+    key = lambda name: gemma_probe.point_key(16, "down_proj", name)  # noqa: E731
+    res.arrays[key("eigenvalues")] = np.array([10.0, 9.0, 8.9, 5.0])
+    res.arrays[key("ritz_residuals")] = np.array([0.0, 0.009, 0.5, 0.1])
+    rows = claims.ritz_convergence(res)
+    assert [r["gap"] for r in rows[:3]] == pytest.approx([1.0, 0.1, 0.1]) and rows[3]["gap"] is None
+    assert [r["ratio"] for r in rows[:3]] == pytest.approx([0.0, 0.09, 5.0])
+    # mode 3's residual is 5 % of its eigenvalue (an accurate eigenvalue) but 5 times its gap
+    assert [r["pinned"] for r in rows] == [True, True, False, False]
+    assert claims.pinned_modes(res) == [0, 1]
+
+
+def test_purity_is_read_on_the_test_side_of_every_split():
+    res = _result([0.8] * 8, [])
+    tp = claims.test_side_purity(res, 6)
+    assert len(tp["entk_macro"]) == STORED_SPLITS and np.allclose(tp["entk_macro"], 1.0)
+    assert np.allclose(tp["chance_macro"], 1 / 8)
+    assert all(r["modes"] == [i] * STORED_SPLITS for i, r in enumerate(tp["rows"]))
+    # top_contexts lists only the first split's test side
+    _, top = claims.top_contexts(res, CLASSES[0], 6)
+    assert np.asarray(res["split_test"])[0, top].all()
+
+
+@pytest.mark.parametrize("macro, verdict", [
+    ([0.85] * 16 + [0.7] * 4, "reproduces"),     # >= 0.8 in 80 % of the splits
+    ([0.85] * 15 + [0.7] * 5, "partly"),         # >= 0.8 in 75 % only, >= 0.5 in all
+    ([0.6] * 16 + [0.4] * 4, "partly"),
+    ([0.6] * 15 + [0.4] * 5, "does not"),        # >= 0.5 in 75 % only
+])
+def test_purity_verdict_holds_in_most_splits(monkeypatch, macro, verdict):
+    res = _result([0.8] * 8, [])
+    fake = {"n": 6, "rows": [], "entk_macro": np.array(macro), "pca_macro": np.full(20, 0.5),
+            "chance_macro": np.full(20, 0.125)}
+    monkeypatch.setattr(claims, "test_side_purity", lambda *a, **k: fake)
+    row = {r["claim"]: r for r in claims.scorecard({"gemma_probe": res})}["B.gemma.top_contexts"]
+    assert row["verdict"] == verdict, row
+    assert f"split range {min(macro):.2f}–{max(macro):.2f}" in row["ours"] and "PCA 0.50" in row["ours"]
+
+
+def test_stored_split_evaluation_is_rebuilt_from_the_stored_arrays():
+    """The readings that re-choose modes on the stored splits (pinned modes only, purity on the test
+    side) rebuild the splits and tasks as the experiment did: with every mode allowed they give the
+    stored per-split differences exactly."""
+    from ntkbook import experiments
+    from ntkbook.gemma import probe
+
+    res = experiments.load_stored("gemma_probe", "paper")
+    layer = claims.main_layer(res)
+    stored_rows = gemma_probe.point(res, layer)["pos_splits"]
+    key = lambda name: gemma_probe.point_key(layer, "down_proj", name)  # noqa: E731
+    tasks = {c: y for c, y in claims._pos_tasks(res).items() if c in {r["task"] for r in stored_rows}}
+    rows = probe.split_robustness({"entk": np.asarray(res[key("entk_scores")]), "pca": np.asarray(res[key("pca_scores")])},
+                                  tasks, claims._splits(res))
+    for mine, theirs in zip(rows, stored_rows):
+        assert mine["task"] == theirs["task"]
+        np.testing.assert_allclose(mine["ap_diff"], theirs["ap_diff"], atol=1e-12)

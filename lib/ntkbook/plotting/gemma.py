@@ -13,16 +13,24 @@ CLASS_COLORS = {"PUNCT": "#4c72b0", "PRON": "#dd8452", "PROPN": "#55a868", "DET"
                 "ADV": "#8172b3", "CCONJ": "#937860", "NOUN": "#da8bc3", "VERB": "#8c8c8c"}
 
 
-def plot_spectrum(result, layer: int = 16, param_set: str = "down_proj"):
-    """(a) top eNTK eigenvalues / lambda_1 with Ritz residual estimates; (b) PCA variance shares."""
-    lam = np.asarray(result[point_key(layer, param_set, "eigenvalues")])
-    res = np.asarray(result[point_key(layer, param_set, "ritz_residuals")])
+def plot_spectrum(result, convergence: list[dict], layer: int = 16, param_set: str = "down_proj",
+                  pinned_ratio: float = 0.1):
+    """(a) top eNTK eigenvalues / lambda_1, filled where the Ritz vector is pinned down, with its
+    residual over the gap to the nearest other Ritz value beside it (``convergence``: the rows of
+    :func:`ntkbook.claims.gemma.ritz_convergence`, whose threshold is ``pinned_ratio``); (b) PCA
+    variance shares."""
+    lam = np.asarray([r["eigenvalue"] for r in convergence])
+    ratio = np.array([np.nan if r["ratio"] is None else r["ratio"] for r in convergence])
+    pinned = np.array([r["pinned"] for r in convergence])
     var = np.asarray(result[point_key(layer, param_set, "pca_variance")])
     fig, axes = new_figure(2, height=3.3)
     i = np.arange(1, len(lam) + 1)
-    axes[0].semilogy(i, lam / lam[0], "o-", ms=4, label=r"$\lambda_i/\lambda_1$")
-    axes[0].semilogy(i, np.maximum(res / lam[0], 1e-17), "x", ms=5, color="C3",
-                     label=r"Ritz residual $/\lambda_1$")
+    axes[0].semilogy(i, lam / lam[0], "-", color="C0", lw=1)
+    axes[0].semilogy(i[pinned], lam[pinned] / lam[0], "o", ms=4, color="C0", label=r"$\lambda_i/\lambda_1$, pinned down")
+    axes[0].semilogy(i[~pinned], lam[~pinned] / lam[0], "o", ms=4, mfc="white", color="C0",
+                     label=r"$\lambda_i/\lambda_1$, not pinned down")
+    axes[0].semilogy(i, np.maximum(ratio, 1e-17), "x", ms=5, color="C3", label="Ritz residual / gap")
+    axes[0].axhline(pinned_ratio, color="C3", lw=0.8, ls="--")
     axes[0].set_xlabel("mode $i$")
     axes[0].set_title(f"(a) eNTK, layer {layer}")
     axes[1].bar(np.arange(1, len(var) + 1), var, color="C2")
