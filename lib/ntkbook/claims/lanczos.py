@@ -63,9 +63,9 @@ SUBSPACE_TOL = 1e-3
 #: "about 2k" products: at most BUDGET * k
 BUDGET = 3
 #: the rule, as the B.lanczos row of this module states it
-RULE = (f"reproduces when, on every eNTK operator, the Lanczos top-k space misses at most ε = 10⁻³ of "
-        f"the exact top-k eigenspace (ε = 1 − overlap/k, the units of the chapters' overlaps) within "
-        f"{BUDGET}k products; partly when only more products reach it")
+RULE = (f"reproduces when the Lanczos top-k space misses at most ε = 10⁻³ of the exact top-k "
+        f"eigenspace (ε = 1 − overlap/k, the units of the chapters' overlaps) within {BUDGET}k products "
+        "on every eNTK operator; partly when only more products reach it")
 #: the same rule in short, for a row shown beside this module's (modular_mlp's)
 SHORT_RULE = f"reproduces when ε ≤ 10⁻³ within {BUDGET}k products (the rule of ntkbook.claims.lanczos)"
 
