@@ -33,7 +33,7 @@ __all__ = ["MAIN_RIDGE", "per_seed", "has", "flip", "rate_interval", "ceiling", 
            "MatchedPoint", "matched_point", "saturated", "both_trained", "top_size", "flip_counts",
            "perturbed_share_level", "interval_text", "LEVEL_NAME"]
 
-#: the ridge of the paper's operating point and of the main experiment: A = K + 1e-3 I
+#: the ridge of the paper's per-task table and of the main experiment: A = K + 1e-3 I
 MAIN_RIDGE = "lam=0.001"
 
 #: a flip rate is "saturated" when its mean reaches this fraction of the clean-share independence
