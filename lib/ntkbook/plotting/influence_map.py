@@ -40,8 +40,9 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd", paper=None
     """Per task, flip rate (%) against eps (log axis) for both models under ``attack`` (mean ±
     standard deviation over seeds, :func:`ntkbook.stats.mean_spread`), at the ridge labelled
     ``ridge`` (``result["ridges"]``, e.g. ``"lam=0.001"`` or ``"nlam=0.001"``); the random-sign
-    null (filled band: mean ± spread over seeds of the mean over draws) and the independence
-    ceiling (faint band: mean ± spread over seeds, dotted at its mean) of each model; where the task has it at this ridge, the
+    null (filled band: mean ± spread over seeds of the mean over draws) and the clean-share
+    independence level (faint band: mean ± spread over seeds, dotted at its mean) of each model;
+    where the task has it at this ridge, the
     flip-objective attack (dotted, diamonds). ``paper``: optional ``{(task, model): {attack:
     rate %}}`` (Paper A's table), drawn as open stars at ``paper_eps``, the paper's radius. Two
     panels a row, the legend in the free cell."""
