@@ -94,6 +94,10 @@ FACTOR = 2.0
 #: the paper's range for the ratio across data sets (v2 abstract: "2-9x")
 PAPER_RANGE = (2.0, 9.0)
 
+#: the radii of the paper's eps ablation (shared/docs/papers.md, "Influence malleability / flip
+#: rate": "ablation eps in {0.1, 0.2, 0.3, 0.5}"); its per-task table is at 0.3
+PAPER_ABLATION_EPS = (0.1, 0.2, 0.3, 0.5)
+
 #: the paper's first version's range (v1 abstract: "6-9x higher malleability")
 PAPER_RANGE_V1 = (6.0, 9.0)
 
