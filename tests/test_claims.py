@@ -249,7 +249,7 @@ def test_ratio_row_says_whether_the_kappa_dependence_could_be_tested():
     assert row["verdict"] == ci.ratio_row(one)["verdict"]
     two = _map(RELU, attn, tasks=("mnist10", "cifar10"))
     text = ci.ratio_row(two, gram)["ours"]
-    assert "mnist 3.8×10¹⁰" in text and "cifar10 4.8×10⁷" in text and "not judged" in text and "κ(G)" in text
+    assert "MNIST 3.8×10¹⁰" in text and "CIFAR-10 4.8×10⁷" in text and "not judged" in text and "κ(G)" in text
     assert "κ(G)" not in ci.ratio_row(two)["ours"]
 
 

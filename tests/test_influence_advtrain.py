@@ -145,7 +145,7 @@ def test_plot_flip_vs_eps(smoke_run):
     assert len(shown) == len(config.tasks) * len(config.models)
     assert all(ax.get_xscale() == "log" for ax in shown)
     labels = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
-    assert {"standard", "adversarial (PGD at ε)", "random-sign null", "independence ceiling"} <= labels
+    assert {"standard", "adversarial (PGD at ε)", "random-sign null", "clean-share independence level"} <= labels
     assert plotting.display_font_px(fig) >= plotting.MIN_FONT_PX
     plt.close(fig)
     with pytest.raises(KeyError, match="no ridge"):
@@ -226,7 +226,7 @@ def test_a_network_that_did_not_train_is_not_tested():
     rows = claims.verdict_rows(_synthetic(train_acc=0.5))
     assert all(r["outcome"] == claims.NOT_TESTED and not r["tested"] for r in rows)
     assert "adversarial network" in rows[0]["note"]
-    assert claims.claim_verdict(rows) == (None, "; ".join(f"mnist10 eps {e:g}: not tested" for e in SYNTHETIC_EPS))
+    assert claims.claim_verdict(rows) == (None, "; ".join(f"MNIST, 10 classes eps {e:g}: not tested" for e in SYNTHETIC_EPS))
 
 
 def test_headroom_rule():

@@ -1,5 +1,6 @@
 """Readings of the ``influence_cifar_route`` result: what whitening does to kappa, whether MLP-Attn
-trains on whitened CIFAR, and its flip rates beside the random-sign null and the ceiling.
+trains on whitened CIFAR, and its flip rates beside the random-sign null and the clean-share
+independence level (stored as "ceiling").
 
 Pure functions of a stored :class:`ntkbook.store.Result` of
 :mod:`ntkbook.experiments.influence_cifar_route` (and, for the raw-pixel rows beside the whitened
@@ -93,7 +94,7 @@ def attn_trains(result: Result, task: str) -> bool:
 def flip_table(result: Result, ridge: str) -> list[dict]:
     """The flip rates (%) at the ridge label ``ridge`` (of ``result["ridges"]``) of every attacked
     model that trains (:func:`ntkbook.influence.readout.trained`), one row per (task, model, eps):
-    ``pgd``, ``null`` and ``ceiling`` (the independence ceiling of the clean top set, the same at
+    ``pgd``, ``null`` and ``ceiling`` (the clean-share independence level of the clean top set, the same at
     every radius) as ``(mean, spread)`` over seeds, ``pgd_rho`` likewise (Spearman's rho, not in
     %), and the frozen network's training loss after PGD (``pgd_loss``, mean) against its clean
     loss (``clean_loss``, mean). Attacked models that do not train get no row."""

@@ -49,7 +49,9 @@ NOT_TESTED = claims.NOT_TESTED
 #: a task's reading (:func:`task_verdict`)
 FLATTER, SHARPER, UNRESOLVED = "flatter", "sharper", "unresolved"
 #: the rule of :func:`verdict`, in one sentence for a table
-RULE = ("per task, MLP-Attn's top Hessian eigenvalue over 2L-ReLU's at MLP-Attn's final training loss "
+RULE = ("judged on the top Hessian eigenvalue only (the paper's measure, loss slices along random "
+        "directions, is shown but not judged; the eigenvalue is not invariant to reparametrisation): "
+        "per task, MLP-Attn's top Hessian eigenvalue over 2L-ReLU's at MLP-Attn's final training loss "
         "(paired by seed, at both ends of the one-epoch bracket of the match): flatter when the 90 % "
         "t-interval of the mean log ratio is below 0 at both ends; flatter on every task tested "
         "reproduces, on some partly; not tested where MLP-Attn did not train")

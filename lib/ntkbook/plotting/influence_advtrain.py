@@ -1,6 +1,6 @@
 """The figure of the adversarial-training experiment (:mod:`ntkbook.experiments.influence_advtrain`):
 PGD flip rate against the radius, standard against adversarial training, between the random-sign
-null and the independence ceiling.
+null and the clean-share independence level.
 
 A network that did not train (:data:`ntkbook.influence.readout.TRAINED_ACC`) is drawn with a hollow
 marker, and "not trained" is in the legend."""
@@ -24,7 +24,7 @@ def plot_flip_vs_eps(result: Result, ridge: str | None = None):
     """One panel per (task, model): the PGD flip rate (%) against eps (log axis) of the standard
     network and of the network adversarially trained at that eps (mean ± sample standard deviation
     over seeds, error bars; drawn a little left and right of their radius), each network's random-sign null (filled band, mean ± spread) and
-    independence ceiling (faint band, dotted at its mean), at ``ridge`` (default: the result's
+    clean-share independence level (faint band, dotted at its mean), at ``ridge`` (default: the result's
     first, ``K + lam I``; :func:`ntkbook.claims.influence_advtrain.summary`). Two panels a row,
     the legend below."""
     from matplotlib.lines import Line2D
@@ -67,7 +67,7 @@ def plot_flip_vs_eps(result: Result, ridge: str | None = None):
     axes[0].set_ylabel("PGD flip rate (%)")
     handles = [Line2D([], [], color=c, lw=2, marker="o", label=TRAINING_LABEL[t]) for t, c in TRAINING_COLOR.items()]
     handles += [Patch(color="0.3", alpha=0.3, lw=0, label="random-sign null"),
-                Line2D([], [], color="0.3", ls=":", label="independence ceiling")]
+                Line2D([], [], color="0.3", ls=":", label="clean-share independence level")]
     if any_untrained:
         handles.append(Line2D([], [], color="0.3", ls="none", marker="o", mfc="white", label="not trained"))
     legend_in(None, fig, handles, [h.get_label() for h in handles], ncol=2)

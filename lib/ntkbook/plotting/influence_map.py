@@ -1,5 +1,5 @@
 """Figures of the influence map (:mod:`ntkbook.experiments.influence_map`): flip rate against the
-attack radius between the random-sign null and the independence ceiling.
+attack radius between the random-sign null and the clean-share independence level.
 
 A model that did not train (:func:`ntkbook.influence.readout.trained`) is drawn with hollow markers
 and dashed lines, and "not trained" in the legend."""
@@ -40,8 +40,9 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd", paper=None
     """Per task, flip rate (%) against eps (log axis) for both models under ``attack`` (mean ±
     standard deviation over seeds, :func:`ntkbook.stats.mean_spread`), at the ridge labelled
     ``ridge`` (``result["ridges"]``, e.g. ``"lam=0.001"`` or ``"nlam=0.001"``); the random-sign
-    null (filled band: mean ± spread over seeds of the mean over draws) and the independence
-    ceiling (faint band: mean ± spread over seeds, dotted at its mean) of each model; where the task has it at this ridge, the
+    null (filled band: mean ± spread over seeds of the mean over draws) and the clean-share
+    independence level (faint band: mean ± spread over seeds, dotted at its mean) of each model;
+    where the task has it at this ridge, the
     flip-objective attack (dotted, diamonds). ``paper``: optional ``{(task, model): {attack:
     rate %}}`` (Paper A's table), drawn as open stars at ``paper_eps``, the paper's radius. Two
     panels a row, the legend in the free cell."""
@@ -93,7 +94,7 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd", paper=None
     handles = [Line2D([], [], color=MODEL_COLOR[m], lw=2, label=result["models"][m]) for m in cfg["models"]]
     handles += [Line2D([], [], color="0.3", marker=ATTACK_MARKER[attack], ms=4, label=result["attacks"][attack]),
                 Patch(color="0.3", alpha=0.25, lw=0, label="random-sign null"),
-                Line2D([], [], color="0.3", ls=":", label="independence ceiling")]
+                Line2D([], [], color="0.3", ls=":", label="clean-share independence level")]
     if any_flip:
         handles.append(Line2D([], [], color="0.3", ls=":", marker=ATTACK_MARKER["flipobj"], ms=4,
                               label="flip objective"))
