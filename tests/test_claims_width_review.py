@@ -102,3 +102,24 @@ def test_stored_result_rows_and_resolved_intervals():
     text = rows["A.width_threshold"]["ours"]
     assert "n = 60,000" in text and "n = 50,000" in text and "subset's n = 1,000" in text
     assert "verification cap" in rows["A.width_threshold"]["note"]
+
+
+def test_distance_attn_note_names_the_substitute_comparator_its_partly_rests_on():
+    """Where no line against the paper's comparator holds the paper's direction, a "partly" says that
+    it rests on the network's own linearisation alone, and on which lines (stored paper results)."""
+    from ntkbook.claims import ntk_distance as cd
+    from ntkbook.experiments import load_stored
+
+    results = {name: load_stored(name, "paper") for name in cd.EXPERIMENTS}
+    rows = {r["claim"]: r for r in cd.scorecard(results)}
+    attn, relu = rows["A.distance.attn"], rows["A.distance.relu"]
+    found = [s for s in cd.slopes(cd.results_for(results, "attn"), "attn") if s.line.judged and s.tested]
+    paper_held = [s for s in found if s.line.comparator == cd.PAPER_COMPARATOR and s.direction == "increasing"]
+    held = [s for s in found if s.direction == "increasing"]
+    if attn["verdict"] == "partly" and not paper_held:
+        assert "rests only on a comparator the paper does not use" in attn["note"]
+        for s in held:
+            assert s.line.comparator == "linearisation" and s.line.label in attn["note"]
+    else:
+        assert "rests only on" not in attn["note"]
+    assert "rests only on" not in relu["note"]

@@ -45,7 +45,7 @@ from ntkbook.store import Result
 
 __all__ = ["EXPERIMENTS", "SUPERSEDES", "PAPER_THRESHOLDS", "PAPER_N", "PAPER_KAPPA", "PAPER_WIDTH",
            "TOLERANCE_DECADES", "threshold", "literal", "blocks", "thresholds", "matching_k",
-           "ostrowski_resolved", "kappa_rows", "width_threshold_row", "scorecard"]
+           "ostrowski_resolved", "kappa_rows", "width_threshold_row", "scorecard", "gd_line_width"]
 
 EXPERIMENTS = ("gram_conditioning",)
 
@@ -222,3 +222,20 @@ def scorecard(results: Mapping[str, Result]) -> list[dict]:
     res = results["gram_conditioning"]
     cube = [r for r in gram_conditioning.scorecard(res) if r["claim"] == "A.gram_cube"]
     return cube + kappa_rows(res) + width_threshold_row(res)
+
+
+def gd_line_width(dist: Result, task: str, model: str, delta: float = 0.01) -> dict:
+    """The sufficient width (eq-width) on the training set of one task of the distance experiment
+    (``ntk_distance``), with the **true** :math:`\\lambda_{\\min}(\\Theta)` of the analytic NTK on it
+    (the stored ``lam_K``) rather than its Schur bound: ``n``, ``lam_min`` (0 when Θ is singular),
+    ``kappa`` (:math:`\\kappa(\\Theta)`, nonzero spectrum) and ``width``
+    (:func:`ntkbook.ntk.gram.hoeffding_width`; ``inf`` when Θ is singular). Like (eq-hoeffding),
+    the width counts the ``m`` units as independent terms."""
+    from ntkbook.ntk.gram import hoeffding_width
+
+    lam = np.sort(np.asarray(dist[f"{task}/{model}/lam_K"], dtype=np.float64))[::-1]
+    entry = dist["table"][f"{task}/{model}"]
+    n, rank = int(lam.size), int(entry["rank_K"])
+    lam_min = float(lam[rank - 1]) if rank == n else 0.0
+    return {"n": n, "lam_min": lam_min, "kappa": float(entry["kappa_K"]),
+            "width": hoeffding_width(lam_min, n, delta=delta) if lam_min > 0 else math.inf}
