@@ -146,23 +146,30 @@ def test_every_claims_module_that_judges_names_its_experiments():
 
 
 def test_width_threshold_is_kappa6_n_log_n_and_judged_per_data_set():
+    """Judged with n of the data set the paper's threshold is for (aw.PAPER_N), per data set."""
     from ntkbook.claims import attention_width as aw
 
     assert aw.threshold(10.0, 100) == pytest.approx(1e6 * 100 * math.log(100))
-    def judged(kappa_full):
-        spec = {"n": 100, "kappa_G": kappa_full,
-                "kappa_d": [{"d": 10, "kappa_d_G": 10.0}, {"d": 50, "kappa_d_G": 1e3}]}
-        res = Result(name="gram_conditioning", config={}, scalars={
+    nlogn = {d: aw.PAPER_N[d] * math.log(aw.PAPER_N[d]) for d in aw.PAPER_N}
+
+    def judged(kappa_full, k_blocks=(10.0, 1e3)):
+        per = {d: {"n": 100, "d": 50, "rank_G": 50, "d_star": 50, "kappa_G": kappa_full[d],
+                   "kappa_d": [{"d": 10, "kappa_d_G": k_blocks[0]}, {"d": 50, "kappa_d_G": k_blocks[1]}]}
+               for d in ("mnist", "cifar10")}
+        res = Result(name="gram_conditioning", config={"verify_limit": 1e12}, scalars={
             "datasets": ["mnist", "cifar10"], "labels": {"mnist": "MNIST", "cifar10": "CIFAR-10"},
-            "per_dataset": {"mnist": spec, "cifar10": spec}})
-        (row,) = aw.scorecard({"gram_conditioning": res})
+            "per_dataset": per}, arrays={f"{d}/lam_G": np.geomspace(1.0, 1e-6, 50) for d in per})
+        (row,) = aw.width_threshold_row(res)
         assert row["claim"] == "A.width_threshold"
         return row["verdict"]
 
-    # 1e4: 1e24 x 460 = 4.6e26, within 3 decades of both 1e24 and 1e29
-    assert judged(1e4) == "reproduces"
-    # 1e5: 4.6e32, far from both; the blocks (4.6e8 .. 4.6e20) bracket neither
-    assert judged(1e5) == "does not"
+    # kappa^6 n ln n at the data set's n equal to the paper's on each data set: reproduces
+    exact = {d: (aw.PAPER_THRESHOLDS[d] / nlogn[d]) ** (1 / 6) for d in aw.PAPER_N}
+    assert judged(exact) == "reproduces"
+    # ten times the kappa: 6 decades off, and the blocks (10 and 1e3) bracket neither: does not
+    assert judged({d: 10 * k for d, k in exact.items()}) == "does not"
+    # blocks that bracket both: partly
+    assert judged({d: 10 * k for d, k in exact.items()}, (10.0, 1e5)) == "partly"
     assert aw.scorecard({}) == []
 
 

@@ -274,6 +274,15 @@ def distance_row(results: Mapping[str, Result], model: str) -> dict | None:
         note += "; 2L-ReLU read from the stored 5-seed runs (RELU_SEEDS) of " + " and ".join(swapped)
     if not tested:
         note += "; nothing tested: no line whose networks all trained, with two seeds or more"
+    if verdict == verdicts.PARTLY and not any(s.direction == want for s in paper):
+        # the partly rests on the substitute comparator alone: say so, and on which lines
+        against = ("not tested (no line of it whose networks all trained)" if not paper else
+                   "not borne out (" + ", ".join(f"{distance.TASK_LABELS[s.task]}: {s.direction}"
+                                                        for s in paper) + ")")
+        note += (f"; against the paper's comparator, {COMPARATORS[PAPER_COMPARATOR]}, the claim is {against}: "
+                 f"the partly rests only on a comparator the paper does not use, "
+                 f"{COMPARATORS['linearisation']}, on "
+                 + "; ".join(f"{s.line.label}, {distance.TASK_LABELS[s.task]}" for s in held))
     # the source line credits the entries read (the 5-seed runs where they replaced a paper preset)
     return {"claim": _CLAIMS[model], "ours": "; ".join(parts), "verdict": verdict, "note": note,
             "from": tuple(used[name] for name in EXPERIMENTS if name in used)}
