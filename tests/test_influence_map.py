@@ -275,7 +275,7 @@ def test_plot_flip_vs_eps(smoke_run):
     fig = plot_flip_vs_eps(res, "nlam=0.001")
     shown = [ax for ax in fig.axes if ax.axison]
     assert len(shown) == len(config.tasks)
-    labels = [t.get_text() for leg in fig.findobj(plt.matplotlib.legend.Legend) for t in leg.get_texts()]
+    labels = [" ".join(t.get_text().split()) for leg in fig.findobj(plt.matplotlib.legend.Legend) for t in leg.get_texts()]
     assert {"2L-ReLU", "MLP-Attn", "random-sign null", "clean-share independence level", "flip objective"} <= set(labels)
     plt.close(fig)
     with pytest.raises(KeyError, match="no ridge"):

@@ -94,7 +94,7 @@ def plot_flip_vs_eps(result: Result, ridge: str, attack: str = "pgd", paper=None
     handles = [Line2D([], [], color=MODEL_COLOR[m], lw=2, label=result["models"][m]) for m in cfg["models"]]
     handles += [Line2D([], [], color="0.3", marker=ATTACK_MARKER[attack], ms=4, label=result["attacks"][attack]),
                 Patch(color="0.3", alpha=0.25, lw=0, label="random-sign null"),
-                Line2D([], [], color="0.3", ls=":", label="clean-share independence level")]
+                Line2D([], [], color="0.3", ls=":", label="clean-share\nindependence level")]
     if any_flip:
         handles.append(Line2D([], [], color="0.3", ls=":", marker=ATTACK_MARKER["flipobj"], ms=4,
                               label="flip objective"))
