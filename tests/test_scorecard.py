@@ -105,6 +105,16 @@ def test_joined_rows_leave_no_stray_punctuation():
     assert ".;" not in scorecard.markdown(rows, labels=set())
 
 
+def test_joined_rows_state_a_shared_rule_once():
+    rule = "reproduces when ε ≤ 10⁻³ within 3k products; partly when only more products reach it"
+    rows = scorecard.rows_from([
+        (_result(), [{"claim": "B.lanczos", "ours": "x", "verdict": "partly", "note": f"{rule}; one start vector"}]),
+        (_result("lanczos_ghosts"), [{"claim": "B.lanczos", "ours": "y", "verdict": "partly",
+                                      "note": f"{rule}; a bound from Ritz values; one start vector."}])])
+    row = {x.claim.id: x for x in rows}["B.lanczos"]
+    assert row.note == f"{rule}; one start vector; a bound from Ritz values", row.note
+
+
 def test_claim_line_states_the_verdict_once_and_typesets():
     rows = [{"claim": "F.entk_convergence", "ours": "slope -0.486, 0.97x the prediction",
              "verdict": "reproduces", "note": "reproduces when the slope is within 0.05 of -1/2"}]

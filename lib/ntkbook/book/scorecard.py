@@ -222,6 +222,14 @@ def _join(parts: Iterable[str], sep: str = "; ") -> str:
                     + kept[-1:])
 
 
+def _join_new(note: str, more: str) -> str:
+    """``note`` with the parts of ``more`` (split at top-level semicolons) that it does not hold
+    yet: two rows judged by one rule state it once."""
+    have = {p.strip().rstrip(".") for p in split_top_level(note)}
+    fresh = [p for p in split_top_level(more) if p.strip().rstrip(".") not in have]
+    return _join([note, "; ".join(p.strip() for p in fresh)])
+
+
 def _credited(results: list, named) -> list:
     """The results a row's source line credits: every result given when the row has no ``"from"``;
     else those of the experiments it names, and any result object it lists itself (an entry the
@@ -250,7 +258,7 @@ def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
                 row.verdict = "partly"
             row.ours = r["ours"] if first else _join([row.ours, r["ours"]])
             note = str(r.get("note", "")).strip()
-            row.note = note if first else _join([row.note, note])
+            row.note = note if first else _join_new(row.note, note)
             for result in _credited(results, r.get("from")):
                 src = _source(result)
                 if src not in row.source:
