@@ -120,3 +120,36 @@ def test_a_radius_where_the_standard_network_is_already_robust_is_not_judged():
     assert verdict == "reproduces" and "rests on 1 radius (eps 0.1)" in note
     rows = {r["eps"]: r for r in adv_claims.verdict_rows(_adv(0.6))}
     assert rows[0.03]["outcome"] == adv_claims.RISES
+
+
+def test_ablation_rows_and_the_ratio_trend():
+    from ntkbook.claims import influence_map as imap
+    from ntkbook.store import Result
+
+    table = {f"mnist10/{m}": {f"ablation/pgd/{e:g}/flip": vals for e, vals in zip((0.1, 0.3, 0.5), rates)}
+             for m, rates in (("relu", ([0.02, 0.04], [0.2, 0.2], [0.4, 0.4])),
+                              ("attn", ([0.3, 0.3], [0.5, 0.5], [0.6, 0.6])))}
+    res = Result("influence_malleability", {"ablation_tasks": ["mnist10"], "ablation_eps": [0.1, 0.3, 0.5]},
+                 scalars={"table": table})
+    rows = imap.ablation_rows(res)
+    assert [r["eps"] for r in rows] == [0.1, 0.3, 0.5]
+    assert [round(r["ratio"], 6) for r in rows] == [10.0, 2.5, 1.5] and imap.ratio_trend(rows) == "falls"
+    table["mnist10/relu"]["ablation/pgd/0.5/flip"] = [0.1, 0.1]   # ratio 6: it rises again
+    assert imap.ratio_trend(imap.ablation_rows(res)) == "other"
+    table["mnist10/relu"]["ablation/pgd/0.1/flip"] = [0.0, 0.0]
+    rows = imap.ablation_rows(res)
+    assert rows[0]["ratio"] is None and imap.ratio_trend(rows) == ""
+
+
+def test_main_sweep_levels_read_the_stored_influences():
+    from ntkbook import experiments
+    from ntkbook.claims import influence_map as imap
+    from ntkbook.influence.scores import flip_rate
+
+    res = experiments.load_stored("influence_malleability", "paper")
+    rows = imap.main_sweep_levels(res)
+    assert rows and all(len(r["flip"]) == len(r["pert_level"]) == len(res.config["seeds"]) for r in rows)
+    r = rows[0]
+    clean, pert = res[f"{r['task']}/{r['model']}/influence_clean"], res[f"{r['task']}/{r['model']}/influence_pgd"]
+    assert r["flip"][0] == pytest.approx(100 * flip_rate(clean[0], pert[0], fraction=res.config["top_fraction"]))
+    assert all(r["above"] == (np.mean(r["flip"]) > np.mean(r["pert_level"])) for r in rows)

@@ -111,6 +111,55 @@ def perturbed_share_level(clean, perturbed, fraction: float = 0.1) -> float:
     return 100.0 * float(np.mean([1.0 - share[s] for s in np.sign(c[idx])]))
 
 
+def main_sweep_levels(result: Result) -> list[dict]:
+    """Per trained (task, model) of the main sweep (``influence_malleability``, PGD at its radius):
+    the per-seed PGD flip rates (%) ``flip``, clean-share levels ``clean_level`` and
+    perturbed-share levels ``pert_level`` (:func:`perturbed_share_level`, from the stored clean and
+    attacked influences), the Spearman ``rho``, and ``above`` (the mean flip rate above the mean
+    perturbed-share level). Rows carry ``task`` and ``model`` keys."""
+    from ntkbook.influence.readout import trained
+    from ntkbook.influence.scores import flip_rate
+
+    cfg, rows = result.config, []
+    for task in cfg["tasks"]:
+        for model in ("relu", "attn"):
+            if not trained(result, task, model):
+                continue
+            clean, pert = result[f"{task}/{model}/influence_clean"], result[f"{task}/{model}/influence_pgd"]
+            flip = [100.0 * flip_rate(a, b, fraction=cfg["top_fraction"]) for a, b in zip(clean, pert)]
+            lv_c = [perturbed_share_level(a, a, cfg["top_fraction"]) for a in clean]
+            lv_p = [perturbed_share_level(a, b, cfg["top_fraction"]) for a, b in zip(clean, pert)]
+            rows.append({"task": task, "model": model, "flip": flip, "clean_level": lv_c, "pert_level": lv_p,
+                         "rho": result["table"][f"{task}/{model}"]["adversarial/pgd/rho"],
+                         "above": bool(np.mean(flip) > np.mean(lv_p))})
+    return rows
+
+
+def ablation_rows(result: Result) -> list[dict]:
+    """The main sweep's ε ablation (its ``ablation_tasks`` × ``ablation_eps``, PGD): per (task, ε)
+    the per-seed flip rates (%) of both models (``relu``, ``attn``) and the ratio of their means
+    (``ratio``; ``None`` where 2L-ReLU flips nothing on average)."""
+    cfg, rows = result.config, []
+    for task in cfg.get("ablation_tasks", []):
+        for eps in cfg.get("ablation_eps", []):
+            r = 100.0 * np.asarray(result["table"][f"{task}/relu"][f"ablation/pgd/{eps:g}/flip"], np.float64)
+            a = 100.0 * np.asarray(result["table"][f"{task}/attn"][f"ablation/pgd/{eps:g}/flip"], np.float64)
+            rows.append({"task": task, "eps": float(eps), "relu": r, "attn": a,
+                         "ratio": float(a.mean() / r.mean()) if r.mean() > 0 else None})
+    return rows
+
+
+def ratio_trend(rows: list[dict]) -> str:
+    """How the ratio of the means moves over ε on the first task of :func:`ablation_rows`:
+    ``"falls"`` (strictly, every step), ``"other"``, or ``""`` (fewer than two radii, or a
+    ratio unbounded)."""
+    first = [r for r in rows if rows and r["task"] == rows[0]["task"]]
+    ratios = [r["ratio"] for r in first]
+    if len(ratios) < 2 or any(x is None for x in ratios):
+        return ""
+    return "falls" if all(np.diff(ratios) < 0) else "other"
+
+
 def interval_text(iv: Interval, fmt: str = ".1f", unit: str = "") -> str:
     """:meth:`Interval.text`, with a rounded negative zero written as 0 (no "-0")."""
     def num(x: float) -> str:
