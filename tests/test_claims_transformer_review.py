@@ -219,3 +219,18 @@ def test_escape_scan_finds_a_lost_latex_command():
 def test_no_latex_command_lost_to_a_string_escape(path):
     bad = [(line0 + ln - 1, s) for line0, src in _code_cells(path) for ln, s in _escaped_latex(src)]
     assert not bad, f"{path.name}: a non-raw string turned a LaTeX command into a control character: {bad}"
+
+
+def test_scorecard_keeps_the_experiments_verdicts_and_completes_the_notes(stored):
+    own = {r["claim"]: r for r in mt.scorecard(stored)}
+    ours = {r["claim"]: r for r in ct.scorecard({"modular_transformer": stored})}
+    assert ours.keys() == own.keys() and ct.scorecard({}) == []
+    for claim, row in ours.items():
+        assert row["verdict"] == own[claim]["verdict"] and row["ours"] == own[claim]["ours"]
+        assert row["note"].startswith(own[claim]["note"])
+    assert "one run" in ours["B.tf.dynamics"]["note"] and "partly when" in ours["B.tf.dynamics"]["note"]
+    assert "does not otherwise" in ours["B.tf.out_sum"]["note"]
+    # the scorecard reads these rows, not the experiment's own
+    from ntkbook.book import scorecard
+
+    assert "modular_transformer" in scorecard.superseded()

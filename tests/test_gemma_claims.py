@@ -152,14 +152,14 @@ def test_depth_rows_and_reading_say_which_data_and_how_many_layers():
     assert new[0]["ap_std"] > 0 and new[0]["ap_share"] == 0.8   # every class wins on the same 16 splits
     reading = claims.depth_reading(new)
     assert reading.startswith("On the new data (2 of 18 layers: 16, 17;")
-    assert "at layer(s) 16" in reading and "This reading rests on 2 of the 18 layers." in reading
+    assert "at layer 16" in reading and "This reading rests on 2 of the 18 layers." in reading
     old = claims.depth_rows({8: _first_data_set_result(8, 0.40, 0.45), 16: _first_data_set_result(16, 0.5, 0.4)},
                             "the first data set")
     assert [(r["splits"], r["ap_std"], r["wins"]) for r in old] == [(1, None, 5), (1, None, 5)]
     assert old[0]["ap_diff"] == pytest.approx(-0.05)
     text = claims.depth_reading(old, "the first data set")
     assert text.startswith("On the first data set (2 of 18 layers: 8, 16; N = 256)")
-    assert "on its one split at layer(s) 16" in text and "behind it on average at layer(s) 8" in text
+    assert "on its one split at layer 16" in text and "behind it on average at layer 8" in text
     assert claims.depth_reading([]) == "No layer of this data set is stored yet."
 
 
@@ -252,3 +252,19 @@ def test_stored_split_evaluation_is_rebuilt_from_the_stored_arrays():
     for mine, theirs in zip(rows, stored_rows):
         assert mine["task"] == theirs["task"]
         np.testing.assert_allclose(mine["ap_diff"], theirs["ap_diff"], atol=1e-12)
+
+
+def test_the_lanczos_row_shows_gemmas_pinned_vectors_without_judging_them():
+    from ntkbook.claims import lanczos
+
+    res = _result([0.8] * 8, [])
+    row = lanczos.gemma_row(res)
+    assert row["claim"] == "B.lanczos" and row["verdict"] == "not tested"
+    assert "7 of 8 Ritz vectors pinned down" in row["ours"]   # the last one's gap below is unknown
+    judged = {"claim": "B.lanczos", "ours": "x", "verdict": "reproduces", "note": lanczos.RULE, "from": ("a",)}
+    # a line shown but not judged leaves the others' verdict alone
+    import unittest.mock as mock
+
+    with mock.patch.object(lanczos, "ghosts_rows", lambda r: [judged]):
+        (merged,) = lanczos.scorecard({"lanczos_ghosts": object(), "gemma_probe": res})
+    assert merged["verdict"] == "reproduces" and "7 of 8" in merged["ours"]

@@ -29,6 +29,7 @@ entry may also name the chapter's own label of the section (``Claim.label``), us
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import re
 from dataclasses import dataclass, field
@@ -601,7 +602,7 @@ def claim_line(claim_id: str, rows: list[dict], *, chapter: str | None = None):
     verdicts = {r["verdict"] for r in mine}
     verdict = verdicts.pop() if len(verdicts) == 1 else "partly"
     text = (f"**{paper}:** {typeset(c.reported)}. **Ours:** {ours}. "
-            + verdict_text(verdict, _join(str(r.get("note", "")) for r in mine)))
+            + verdict_text(verdict, functools.reduce(_join_new, (str(r.get("note", "")) for r in mine))))
     if chapter is not None and chapter != c.chapter:
         text += (f" These are this chapter's measurements of `{claim_id}`; the scorecard "
                  f"({{doc}}`scorecard`) joins them with those of {{doc}}`{c.chapter}`, and its verdict "

@@ -235,6 +235,10 @@ def depth_rows(sweep: Mapping[int, Result], data: str) -> list[dict]:
     return rows
 
 
+def _plural(word: str, items) -> str:
+    return word if len(items) == 1 else f"{word}s"
+
+
 def _layers(layers: list[int]) -> str:
     return ", ".join(map(str, layers)) if layers else "none"
 
@@ -259,8 +263,8 @@ def depth_reading(rows: list[dict], name: str | None = None) -> str:
             f"N = {down[0]['N']}), the best eNTK mode per class reaches its highest macro AP at layer "
             f"{best_e['layer']} ({best_e['entk_ap']:.2f}), the best principal component at layer "
             f"{best_p['layer']} ({best_p['pca_ap']:.2f}). The eNTK is ahead of PCA in macro AP {where} at "
-            f"layer(s) {_layers(ahead)}")
-    text += f", and behind it on average at layer(s) {_layers(behind)}." if behind else "."
+            f"{_plural('layer', ahead)} {_layers(ahead)}")
+    text += f", and behind it on average at {_plural('layer', behind)} {_layers(behind)}." if behind else "."
     return text + (f" This reading rests on all {N_LAYERS} layers." if k == N_LAYERS
                    else f" This reading rests on {k} of the {N_LAYERS} layers.")
 
@@ -477,8 +481,8 @@ def _purity_row(result: Result) -> dict:
     e, pc, ch = tp["entk_macro"], tp["pca_macro"], tp["chance_macro"]
     k = len(e)
     full, half = float(np.mean(e >= 0.8)), float(np.mean(e >= 0.5))
-    ours = (f"mean top-{n_top} purity on held-out stories {e.mean():.2f} (split range {e.min():.2f}–{e.max():.2f}); "
-            f"PCA {pc.mean():.2f}; chance {ch.mean():.2f}")
+    ours = (f"mean top-{n_top} purity on held-out stories {e.mean():.2f} (split range {e.min():.2f}–{e.max():.2f}; "
+            f"≥ 0.8 in {full:.0%} of the splits, ≥ 0.5 in {half:.0%}); PCA {pc.mean():.2f}; chance {ch.mean():.2f}")
     return {"claim": "B.gemma.top_contexts", "ours": ours,
             "verdict": ladder(full >= WIN_SHARE, half >= WIN_SHARE),
             "note": f"per split, each part of speech's mode and sign chosen on the training side, and the share "

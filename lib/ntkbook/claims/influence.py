@@ -141,14 +141,16 @@ def _dataset(name: str) -> str:
 
 
 def size_reading(mp: imap.MatchedPoint, task: str) -> tuple[bool, str]:
-    """Whether the ratio at the matched point matches the paper's within :data:`FACTOR`
-    (its interval meets the band), and how to say it: ``"matches"``, ``"off"`` or ``"not
-    resolved"`` (a seed's 2L-ReLU flips no point, so the ratio has no interval)."""
+    """Whether the ratio at the matched point matches the paper's within :data:`FACTOR` (its
+    whole interval lies in the band, as every band rule of the book reads an interval), and how to
+    say it: ``"matches"``, ``"off"`` (the interval misses the band) or ``"not resolved"`` (the
+    interval is wider than the band, or a seed's 2L-ReLU flips no point, so there is none)."""
     rp = paper_ratio(task)
     if not mp.ratio.known:
         return False, "not resolved"
-    ok = mp.ratio.overlaps(rp / FACTOR, rp * FACTOR)
-    return ok, "matches" if ok else "off"
+    if mp.ratio.within(rp / FACTOR, rp * FACTOR):
+        return True, "matches"
+    return False, "not resolved" if mp.ratio.overlaps(rp / FACTOR, rp * FACTOR) else "off"
 
 
 def counts_text(counts) -> str:
@@ -205,11 +207,11 @@ def flip_row(result: Result, task: str) -> dict:
     if mp.attn_saturated:
         ours += f"; MLP-Attn at {imap.SATURATION:.0%} or more of its {imap.LEVEL_NAME} there"
     note = (f"reproduces when MLP-Attn's PGD flip rate exceeds 2L-ReLU's ({LEVEL:.0%} interval over "
-            f"seeds of the paired difference above 0), the interval of the paired ratio meets the band "
-            f"within a factor {FACTOR:g} of the paper's ratio (not resolved, so not met, where a seed's "
-            f"2L-ReLU flips no point) and MLP-Attn's rate exceeds its random-sign null (interval above 0); "
+            f"seeds of the paired difference above 0), the interval of the paired ratio lies within a "
+            f"factor {FACTOR:g} of the paper's ratio (not resolved, so not met, where it is wider than "
+            f"that band or a seed's 2L-ReLU flips no point) and MLP-Attn's rate exceeds its random-sign null (interval above 0); "
             f"partly when only the first holds; read where 2L-ReLU is nearest the paper, not at the "
-            f"paper's eps = 0.3, where both models reach their clean-share independence levels")
+            f"paper's eps = 0.3, where MLP-Attn is at or past its clean-share independence level")
     return {"claim": claim, "ours": ours, "verdict": r["verdict"], "note": note, "from": ("influence_map",)}
 
 

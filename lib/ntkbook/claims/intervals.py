@@ -54,6 +54,10 @@ class Interval:
             return low <= self.mean <= high
         return self.lo <= high and self.hi >= low
 
+    def within(self, low: float, high: float) -> bool:
+        """The whole interval lies in ``[low, high]`` (False when there is no interval)."""
+        return self.known and low <= self.lo and self.hi <= high
+
     def text(self, fmt: str = ".1f", unit: str = "") -> str:
         """``"12.3 [10.1, 14.5]%"``, or ``"12.3%"`` for one run."""
         if not self.known:

@@ -40,6 +40,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ntkbook.claims import NOT_TESTED
 from ntkbook.experiments import lanczos_ghosts
 from ntkbook.numbers import sci
 from ntkbook.store import Result
@@ -47,11 +48,11 @@ from ntkbook.verdicts import DOES_NOT, PARTLY, REPRODUCES, ladder
 
 __all__ = ["EXPERIMENTS", "SUPERSEDES", "PAPER_K", "PAPER_STEPS", "SUBSPACE_TOL", "BUDGET", "RULE",
            "subspace_error_bound", "steps_to_subspace", "operator_verdict", "ghosts_rows",
-           "transformer_rows", "mlp_row", "OTHER_OPERATORS", "stored_results", "scorecard"]
+           "transformer_rows", "mlp_row", "gemma_row", "OTHER_OPERATORS", "stored_results", "scorecard"]
 
 #: the experiments whose stored paper-preset results :func:`scorecard` reads (``modular_mlp``'s
 #: row is made by :mod:`ntkbook.claims.modular_mlp`, which supersedes that experiment's rows)
-EXPERIMENTS = ("lanczos_ghosts", "modular_transformer")
+EXPERIMENTS = ("lanczos_ghosts", "modular_transformer", "gemma_probe")
 #: lanczos_ghosts still carries a scorecard() of its own (frozen: its stored result keeps its code
 #: hash); the rule here replaces it
 SUPERSEDES = ("lanczos_ghosts",)
@@ -175,7 +176,29 @@ def mlp_row(result: Result) -> dict | None:
 
 #: the experiments beyond lanczos_ghosts whose stored Lanczos-against-dense comparisons the rule
 #: reads (their chapters run them; the eNTK chapter reads them where stored)
-OTHER_OPERATORS = ("modular_mlp", "modular_transformer")
+OTHER_OPERATORS = ("modular_mlp", "modular_transformer", "gemma_probe")
+
+
+def gemma_row(result: Result) -> dict:
+    """The line of the Gemma probe (Paper B's own setting: top 25 from 50 products on the reduced
+    operator of layer 16): how many of its Ritz vectors are pinned down
+    (:func:`ntkbook.claims.gemma.ritz_convergence`). There is no dense eigensolver to compare with
+    at this size, so the line is shown, not judged (its verdict is "not tested")."""
+    from ntkbook.claims import gemma as gemma_claims
+
+    layer = gemma_claims.main_layer(result)
+    conv = gemma_claims.ritz_convergence(result, layer)
+    pinned = sum(r["pinned"] for r in conv)
+    steps = result.config["lanczos_steps"]
+    dim = int(result["N"]) * 640
+    return {"claim": "B.lanczos",
+            "ours": (f"Gemma-3-270M, layer {layer} reduced eNTK ({dim:,} dimensions), top {len(conv)} from {steps} "
+                     f"products ({steps / len(conv):.0f}k): {pinned} of {len(conv)} Ritz vectors pinned down "
+                     f"(Ritz residual below {gemma_claims.PINNED_RATIO:g} of the gap to the nearest other Ritz "
+                     f"value), no dense comparison (shown, not judged)"),
+            "verdict": NOT_TESTED,
+            "note": "the Gemma line is not judged: at its size there is no exact eigenspace to compare with",
+            "from": ("gemma_probe",)}
 
 
 def stored_results(scale: str) -> dict[str, Result]:
@@ -200,9 +223,12 @@ def scorecard(results: Mapping[str, Result]) -> list[dict]:
         rows += ghosts_rows(results["lanczos_ghosts"])
     if "modular_transformer" in results:
         rows += transformer_rows(results["modular_transformer"])
+    if "gemma_probe" in results:
+        rows.append(gemma_row(results["gemma_probe"]))
     if len(rows) < 2:
         return rows
-    verdicts = {r["verdict"] for r in rows}
+    judged = {r["verdict"] for r in rows if r["verdict"] != NOT_TESTED}
+    verdicts = judged or {NOT_TESTED}
     notes = []
     for r in rows:
         for part in r["note"].split("; "):

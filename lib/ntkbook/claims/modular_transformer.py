@@ -25,8 +25,25 @@ from ntkbook.errors import InputError
 from ntkbook.ntk import features
 from ntkbook.verdicts import REPRODUCES
 
-__all__ = ["ALIGNMENT_CLAIMS", "FAMILY_LABELS", "SeedRecord", "alignment_cell", "member_info",
-           "seed_records", "shortfall", "window_chance"]
+__all__ = ["EXPERIMENTS", "SUPERSEDES", "NOTE_ADDITIONS", "ALIGNMENT_CLAIMS", "FAMILY_LABELS", "SeedRecord",
+           "alignment_cell", "member_info", "seed_records", "shortfall", "window_chance", "scorecard"]
+
+#: the experiment whose stored result :func:`scorecard` reads
+EXPERIMENTS = ("modular_transformer",)
+#: its rows are the experiment's own (its module cannot change while its stored result keeps its
+#: code hash), with their notes completed here
+SUPERSEDES = ("modular_transformer",)
+#: what the experiment's rows leave unsaid (the rest of each rule, and which rows read one run),
+#: appended to their notes; the verdicts are the experiment's
+NOTE_ADDITIONS = {
+    "B.tf.attn_axis_sum": ("partly when a tensor of the analysed run reproduces or partly holds, or the alignment "
+                           "holds in a fresh seed; does not otherwise"),
+    "B.tf.out_sum": ("partly when a tensor of the analysed run reproduces or partly holds, or the alignment holds "
+                     "in a fresh seed; does not otherwise"),
+    "B.tf.replay": "one run: the replay of the author's training run, compared with his two numbers",
+    "B.tf.dynamics": ("partly when the overlap rises by more than 0.5 but its derivative peaks outside the window; "
+                      "one run (the analysed run), no fresh-seed record"),
+}
 
 #: the scorecard's two alignment claims: the tensors (or block of tensors) each is judged on, and
 #: the claimed family, as in :func:`ntkbook.experiments.modular_transformer.scorecard`
@@ -123,3 +140,20 @@ def window_chance(result: Any, run: str, family: str) -> tuple[float, float]:
     k = int(member_info(result, run, "W_U")["window"])  # 4K + 1
     inside = float(np.sum((features.additive_basis(p).T @ F) ** 2))  # ||P_additive F||_F^2
     return k / (p * p), k * inside / features.additive_dimension(p) / d
+
+
+def scorecard(results) -> list[dict]:
+    """The ``B.tf.*`` rows of the stored paper-preset ``modular_transformer`` result
+    (``results["modular_transformer"]``; none when it is absent): the experiment's own rows and
+    verdicts (:func:`ntkbook.experiments.modular_transformer.scorecard`), each note completed by
+    :data:`NOTE_ADDITIONS`."""
+    from ntkbook.experiments import modular_transformer as experiment  # noqa: PLC0415
+
+    result = results.get("modular_transformer")
+    if result is None:
+        return []
+    rows = []
+    for row in experiment.scorecard(result):
+        extra = NOTE_ADDITIONS.get(row["claim"])
+        rows.append({**row, "note": f"{row['note']}; {extra}" if extra else row["note"]})
+    return rows
