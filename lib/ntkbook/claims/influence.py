@@ -13,9 +13,9 @@ rate is nearest the paper's 2L-ReLU number for that task
 - **direction**: attention's flip rate exceeds ReLU's, i.e. the :data:`LEVEL
   <ntkbook.claims.intervals.LEVEL>` interval over seeds of the paired difference lies above 0;
 - **size**: the interval of attention's rate over ReLU's (paired by seed, geometric mean,
-  :func:`ntkbook.claims.intervals.ratio_interval`) meets the band within a factor :data:`FACTOR`
-  of the paper's ratio (PGD). Where a seed's 2L-ReLU flips no point the ratio has no interval: the
-  size is then *not resolved* and does not count as matching;
+  :func:`ntkbook.claims.intervals.ratio_interval`) lies within a factor :data:`FACTOR` of the
+  paper's ratio (PGD). Where it is wider than that band, or a seed's 2L-ReLU flips no point (no
+  interval), the size is *not resolved* and does not count as matching;
 - **adversarial**: attention's PGD flip rate exceeds its random-sign null of the same norm (the
   interval of the paired difference above 0): the paper's claim is about adversarial
   perturbation, and flips that random signs give as well do not show it.
