@@ -265,7 +265,7 @@ def ratio_row(result: Result, gram: Result | None = None) -> dict:
         r = matched_reading(result, task)
         mp = r["mp"]
         direction.append(r["direction"])
-        in_range.append(mp.ratio.known and mp.ratio.overlaps(lo, hi))
+        in_range.append(mp.ratio.within(lo, hi))
         parts.append(f"{_names(task)} {ratio_text(mp)} at eps {mp.read_at:g}")
     untested = [t for t in result.config["tasks"] if t in CLAIM_IDS and t not in tested]
     ours = ", ".join(parts) + (f"; not tested: {', '.join(_names(t) for t in untested)}" if untested else "")
@@ -276,7 +276,7 @@ def ratio_row(result: Result, gram: Result | None = None) -> dict:
             "verdict": verdicts.ladder(all(both), all(direction) or sum(both) > len(both) / 2),
             "note": f"reproduces when on every task with both models trained attention's PGD flip "
                     f"rate exceeds ReLU's ({LEVEL:.0%} interval of the paired difference above 0) and "
-                    f"the interval of the paired ratio at the matched point meets {lo:g}-{hi:g}x "
+                    f"the interval of the paired ratio at the matched point lies within {lo:g}-{hi:g}x "
                     f"(a ratio without an interval, where a seed's 2L-ReLU flips no point, does not); "
                     f"partly when the excess holds on every such task, or both hold on most; the "
                     f"dependence on κ(G) is reported, not judged", "from": sources}
