@@ -400,7 +400,8 @@ def test_side_purity(result: Result, n: int, layer: int | None = None) -> dict:
             per[c]["pca"].append(pp)
             per[c]["chance"].append(float(np.mean(y[test])))
             per[c]["modes"].append(mode)
-    rows = [{"class": c, "entk": float(np.mean(v["entk"])), "entk_std": float(np.std(v["entk"], ddof=1)),
+    rows = [{"class": c, "entk": float(np.mean(v["entk"])),
+             "entk_std": float(np.std(v["entk"], ddof=1)) if len(v["entk"]) > 1 else 0.0,
              "pca": float(np.mean(v["pca"])), "chance": float(np.mean(v["chance"])), "modes": v["modes"]}
             for c, v in per.items()]
     macro = {k: np.mean([per[c][k] for c in evaluated], axis=0) for k in ("entk", "pca", "chance")}
