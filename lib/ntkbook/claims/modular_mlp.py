@@ -93,11 +93,6 @@ def _pm(values, spec: str = ".0f") -> str:
     return f"{v.mean():{spec}} ± {v.std(ddof=1):{spec}}"
 
 
-def _within(iv, low: float, high: float) -> bool:
-    """The whole interval ``iv`` lies in ``[low, high]`` (False when there is no interval)."""
-    return iv.known and low <= iv.lo and iv.hi <= high
-
-
 def grokking_row(result: Result) -> dict:
     """``B.mlp.grokking``: onset and end of the grokking window against the paper's 75 and 100
     (module docstring)."""
@@ -121,7 +116,7 @@ def grokking_row(result: Result) -> dict:
     if not on.known:
         return {"claim": "B.mlp.grokking", "ours": ours, "verdict": NOT_TESTED,
                 "note": note + "; one seed: no interval"}
-    within = _within(on, lo - tol, lo + tol) and _within(end, hi - tol, hi + tol)
+    within = on.within(lo - tol, lo + tol) and end.within(hi - tol, hi + tol)
     return {"claim": "B.mlp.grokking", "ours": ours,
             "verdict": ladder(bool(np.all(final >= 0.95)) and within, True), "note": note}
 
