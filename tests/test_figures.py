@@ -60,7 +60,7 @@ def test_show_renders_a_2x_png_with_its_smallest_font_and_dpi():
     assert unit == 1 and per_metre == round(report.FIGURE_DPI / 0.0254)
     width, height = _png_size(png)
     assert img.width == width // 2 and img.height is None  # the height follows the width
-    assert not plt.get_fignums(), "show() leaves the figure open"
+    assert fig.number not in plt.get_fignums(), "show() leaves the figure open"   # others' figures aside
 
 
 def test_what_glue_stores_is_the_png_with_its_display_width():

@@ -208,6 +208,31 @@ def test_ritz_convergence_compares_the_residual_with_the_gap_not_the_eigenvalue(
     assert claims.pinned_modes(res) == [0, 1]
 
 
+def test_depth_rows_count_pinned_modes_and_the_reading_checks_wins_on_them():
+    """Every stored layer's row says how many Ritz pairs are pinned down; the reading says whether the
+    wins restricted to those modes are the classes won with all of them, and names a layer where not."""
+    top = _result([0.8] * 8, [], layer=17)
+    top.arrays[gemma_probe.point_key(17, "down_proj", "ritz_residuals")] = np.array([0.0] + [1.0] * 7)
+    # layer 16: a ninth, empty mode below the eight class modes, and zero residuals: the eight are
+    # pinned down (the last mode never is: its gap below is unknown)
+    mid = _result([0.8] * 8, [])
+    key = lambda name: gemma_probe.point_key(16, "down_proj", name)  # noqa: E731
+    mid.arrays[key("entk_scores")] = np.vstack([mid.arrays[key("entk_scores")], np.zeros(mid["N"])])
+    mid.arrays[key("eigenvalues")], mid.arrays[key("ritz_residuals")] = np.linspace(10.0, 1.0, 9), np.zeros(9)
+    sweep = {16: mid, 17: top}
+    rows = claims.depth_rows(sweep, "new")
+    assert [(r["layer"], r["pinned"], r["modes"]) for r in rows] == [(16, 8, 9), (17, 1, 8)]
+    assert len(claims.pos_wins_pinned(mid, 16)["wins"]) == 8
+    text = claims.depth_pinned_reading(sweep, rows)
+    assert "pins down 1 (layer 17) to 8 (layer 16) of the 9 modes" in text
+    n17 = len(claims.pos_wins_pinned(top, 17)["wins"])
+    assert n17 < 8 and f"the same classes at layer 16 and differ at layer 17 ({n17} of 8 won, against 8 with every mode)." in text
+    assert claims.depth_pinned_reading({16: mid}, rows[:1]).endswith("the same classes at every stored layer.")
+    assert "different classes at every stored layer: layer 17" in claims.depth_pinned_reading({17: top}, rows[1:])
+    first = claims.depth_rows({16: _first_data_set_result(16, 0.5, 0.4)}, "first")
+    assert first[0]["pinned"] is None and claims.depth_pinned_reading({}, first) == ""
+
+
 def test_purity_is_read_on_the_test_side_of_every_split():
     res = _result([0.8] * 8, [])
     tp = claims.test_side_purity(res, 6)

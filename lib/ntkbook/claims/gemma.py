@@ -208,10 +208,11 @@ def depth_rows(sweep: Mapping[int, Result], data: str) -> list[dict]:
     """One row per (layer, parameter set) point of a sweep's results, for the parts of speech:
     ``data`` (the label of the data set, as given), ``layer``, ``param_set``, ``N``, ``splits``,
     the macro test AP of the eNTK and of PCA, ``ap_diff`` (eNTK - PCA) with ``ap_std`` and
-    ``ap_share`` over splits, ``auroc_diff``, ``wins`` of ``n`` classes, ``num_params`` and
-    ``t_lanczos``.  A ``gemma_probe`` point gives means over its splits by story and robust wins
-    (:func:`robust`); a ``gemma_features`` point (first data set) its one split, with ``ap_std``
-    None and ``wins`` counted on that split."""
+    ``ap_share`` over splits, ``auroc_diff``, ``wins`` of ``n`` classes, ``num_params``,
+    ``t_lanczos``, ``modes`` (Ritz pairs kept) and ``pinned`` (how many of them are pinned down,
+    :func:`pinned_modes`).  A ``gemma_probe`` point gives means over its splits by story and robust
+    wins (:func:`robust`); a ``gemma_features`` point (first data set) its one split, with ``ap_std``
+    None, ``wins`` counted on that split and ``modes``/``pinned`` None (it kept no residuals)."""
     rows = []
     for L in sorted(sweep):
         res = sweep[L]
@@ -226,11 +227,14 @@ def depth_rows(sweep: Mapping[int, Result], data: str) -> list[dict]:
                            pca_ap=float(np.mean([r["pca_ap_mean"] for r in over])), ap_diff=ap, ap_std=ap_std,
                            ap_share=ap_share, auroc_diff=macro_difference(over, "auroc")[0],
                            wins=len(robust_wins(over)))
+                conv = ritz_convergence(res, p["layer"], p["param_set"])
+                row.update(modes=len(conv), pinned=sum(r["pinned"] for r in conv))
             else:
                 row.update(splits=1, entk_ap=p["pos_entk_ap"], pca_ap=p["pos_pca_ap"],
                            ap_diff=p["pos_entk_ap"] - p["pos_pca_ap"], ap_std=None,
                            ap_share=float(p["pos_entk_ap"] > p["pos_pca_ap"]),
-                           auroc_diff=p["pos_entk_auroc"] - p["pos_pca_auroc"], wins=p["pos_entk_wins_ap"])
+                           auroc_diff=p["pos_entk_auroc"] - p["pos_pca_auroc"], wins=p["pos_entk_wins_ap"],
+                           modes=None, pinned=None)
             rows.append(row)
     return rows
 
@@ -267,6 +271,34 @@ def depth_reading(rows: list[dict], name: str | None = None) -> str:
     text += f", and behind it on average at {_plural('layer', behind)} {_layers(behind)}." if behind else "."
     return text + (f" This reading rests on all {N_LAYERS} layers." if k == N_LAYERS
                    else f" This reading rests on {k} of the {N_LAYERS} layers.")
+
+
+def depth_pinned_reading(sweep: Mapping[int, Result], rows: list[dict]) -> str:
+    """How far the depth sweep's wins rest on converged modes: the range of pinned-down modes over
+    the down-projection rows of ``sweep`` (:func:`depth_rows` of it) and, per layer, whether the
+    parts-of-speech wins restricted to the pinned-down modes (:func:`pos_wins_pinned`) are the same
+    classes as with all modes."""
+    down = sorted((r for r in rows if r["param_set"] == "down_proj" and r.get("pinned") is not None),
+                  key=lambda r: r["layer"])
+    if not down:
+        return ""
+    same, other = [], []
+    for r in down:
+        res = sweep[r["layer"]]
+        all_wins = robust_wins(gemma_probe.point(res, r["layer"])["pos_splits"])
+        (same if sorted(pos_wins_pinned(res, r["layer"])["wins"]) == sorted(all_wins) else other).append(r)
+    lo, hi = min(down, key=lambda r: r["pinned"]), max(down, key=lambda r: r["pinned"])
+    at = lambda r: f"{r['pinned']} (layer {r['layer']})"  # noqa: E731
+    text = ("At every stored layer Lanczos pins down " + (f"{at(lo)} to {at(hi)}" if hi["pinned"] != lo["pinned"]
+                                                           else str(lo["pinned"]))
+            + f" of the {down[0]['modes']} modes (r/δ < {PINNED_RATIO}, as at the main layer); with the eNTK's choice "
+            "restricted to those modes, the robust wins are ")
+    if not other:
+        return text + "the same classes at every stored layer."
+    where = (f"the same classes at {_plural('layer', same)} {_layers([r['layer'] for r in same])} and differ at "
+             if same else "different classes at every stored layer: ")
+    return text + (where + ", ".join(f"layer {r['layer']} ({len(pos_wins_pinned(sweep[r['layer']], r['layer'])['wins'])} "
+                               f"of {r['n']} won, against {r['wins']} with every mode)" for r in other) + ".")
 
 
 # ---- how far the Ritz vectors are eigenvectors -----------------------------------------------------
