@@ -278,15 +278,14 @@ def depth_pinned_reading(sweep: Mapping[int, Result], rows: list[dict]) -> str:
     the down-projection rows of ``sweep`` (:func:`depth_rows` of it) and, per layer, whether the
     parts-of-speech wins restricted to the pinned-down modes (:func:`pos_wins_pinned`) are the same
     classes as with all modes."""
-    down = sorted((r for r in rows if r["param_set"] == "down_proj" and r.get("pinned") is not None),
+    down = sorted((r for r in rows if r["param_set"] == "down_proj" and r["pinned"] is not None),
                   key=lambda r: r["layer"])
     if not down:
         return ""
-    same, other = [], []
-    for r in down:
-        res = sweep[r["layer"]]
-        all_wins = robust_wins(gemma_probe.point(res, r["layer"])["pos_splits"])
-        (same if sorted(pos_wins_pinned(res, r["layer"])["wins"]) == sorted(all_wins) else other).append(r)
+    pinned_wins = {r["layer"]: pos_wins_pinned(sweep[r["layer"]], r["layer"])["wins"] for r in down}
+    same = [r for r in down if sorted(pinned_wins[r["layer"]]) == sorted(
+        robust_wins(gemma_probe.point(sweep[r["layer"]], r["layer"])["pos_splits"]))]
+    other = [r for r in down if r not in same]
     lo, hi = min(down, key=lambda r: r["pinned"]), max(down, key=lambda r: r["pinned"])
     at = lambda r: f"{r['pinned']} (layer {r['layer']})"  # noqa: E731
     text = ("At every stored layer Lanczos pins down " + (f"{at(lo)} to {at(hi)}" if hi["pinned"] != lo["pinned"]
@@ -297,8 +296,8 @@ def depth_pinned_reading(sweep: Mapping[int, Result], rows: list[dict]) -> str:
         return text + "the same classes at every stored layer."
     where = (f"the same classes at {_plural('layer', same)} {_layers([r['layer'] for r in same])} and differ at "
              if same else "different classes at every stored layer: ")
-    return text + (where + ", ".join(f"layer {r['layer']} ({len(pos_wins_pinned(sweep[r['layer']], r['layer'])['wins'])} "
-                               f"of {r['n']} won, against {r['wins']} with every mode)" for r in other) + ".")
+    return text + where + ", ".join(f"layer {r['layer']} ({len(pinned_wins[r['layer']])} of {r['n']} won, "
+                                    f"against {r['wins']} with every mode)" for r in other) + "."
 
 
 # ---- how far the Ritz vectors are eigenvectors -----------------------------------------------------
