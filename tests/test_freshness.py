@@ -18,6 +18,7 @@ import pytest
 from ntkbook import experiments, freshness
 from ntkbook.experiments import demo_sweep
 from ntkbook.influence.readout import sweep_part
+from ntkbook import store as store_mod
 from ntkbook.store import Result, Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -192,6 +193,33 @@ def test_reproduce_records_agreement_in_the_entry(tmp_path, monkeypatch):
         freshness.reproduce("demo_sweep", store, sample=True, report=lambda s: None)
 
 
+def test_a_reverification_from_another_environment_says_so(tmp_path, monkeypatch):
+    """The record ``reproduce()`` really writes (with its ``provenance`` and ``environment``
+    keys): re-verified on a GPU with another jax, read on this CPU, the difference is said."""
+    monkeypatch.setenv("NTKBOOK_GIT_COMMIT", "abc1234")
+    store = Store(tmp_path / "results")
+    config = demo_sweep.Config.smoke()
+    real = store_mod.provenance
+    with monkeypatch.context() as m:  # the entry is computed by other code, on a GPU
+        m.setattr(store_mod, "provenance", lambda: {**real(), "backend": "gpu"})
+        m.setattr(experiments, "code_hash", lambda name: "0" * 16)
+        experiments.run_and_save("demo_sweep", config, store)
+    gpu = {"jax": "0.4.30", "jaxlib": "0.4.30", "backend": "gpu", "x64": False}
+    with monkeypatch.context() as m:  # and re-verified by today's code on a GPU with jax 0.4.30
+        m.setattr(freshness, "environment", lambda: dict(gpu))
+        (rep,) = freshness.reproduce("demo_sweep", store, report=lambda s: None)
+    loaded = store.load("demo_sweep", demo_sweep.VERSION, config)
+    (rec,) = loaded.reverified
+    assert rec["environment"] == gpu and "provenance" in rec  # the shape reproduce() writes
+    here = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "backend": "cpu", "x64": False}
+    f = freshness.freshness(loaded, env=here)
+    assert f.today and f.since == rec["date"]
+    assert f.env_changes == ("jax 0.4.30 -> 0.12.0.1", "jaxlib 0.4.30 -> 0.12.0.1",
+                             "backend gpu -> cpu")
+    assert "another environment" in f.sentence() and "(other environment)" in f.short()
+    assert freshness.freshness(loaded, env=gpu).env_changes == ()
+
+
 def _copy_tree(tmp_path: Path) -> Path:
     """A copy of the library (no git) and of the stored demo_sweep entry."""
     root = tmp_path / "tree"
@@ -217,18 +245,26 @@ def test_an_edited_experiment_makes_its_result_stale_until_a_rerun_agrees(tmp_pa
     assert out.returncode == 0 and "today's code" in out.stdout, out.stdout + out.stderr
     src = root / "lib" / "ntkbook" / "experiments" / "demo_sweep.py"
     text = src.read_text()
-    # 1. an edit that does not change the numbers: stale until reproduced, then today's again
-    src.write_text(text + "\n# a harmless edit\n")
+    # 1. text only (a comment, a docstring): nothing that can move a number, still today's
+    doc = '"""The RMS error at every sample size'
+    assert text.count(doc) == 1, "demo_sweep changed: update this test's edit"
+    src.write_text(text.replace(doc, '"""The root-mean-square error at every sample size')
+                   + "\n# a comment\n")
+    out = _cli(root, "verify", "--results", str(root / "results"))
+    assert out.returncode == 0 and "today's code" in out.stdout, out.stdout
+    # 2. code that runs, edited without changing the numbers: stale until reproduced, then
+    # today's again
+    line = "    slope = loglog_slope(n, errors)\n"
+    assert line in text, "demo_sweep changed: update this test's edit"
+    src.write_text(text.replace(line, "    slope = loglog_slope(n, list(errors))\n"))
     out = _cli(root, "verify", "--results", str(root / "results"))
     assert "earlier code, last re-verified" in out.stdout, out.stdout
     out = _cli(root, "reproduce", "demo_sweep")
     assert out.returncode == 0 and "reproduces it" in out.stdout, out.stdout + out.stderr
     out = _cli(root, "verify", "--results", str(root / "results"))
     assert out.returncode == 0 and "today's code" in out.stdout, out.stdout
-    # 2. an edit that moves a number: reproduce fails, names the entry and the value, and the
+    # 3. an edit that moves a number: reproduce fails, names the entry and the value, and the
     # entry stays "earlier code"
-    line = "    slope = loglog_slope(n, errors)\n"
-    assert line in text, "demo_sweep changed: update this test's edit"
     src.write_text(text.replace(line, "    errors = [e * 1.5 for e in errors]\n" + line))
     moved = _cli(root, "reproduce", "demo_sweep")
     assert moved.returncode == 1, moved.stdout + moved.stderr

@@ -80,7 +80,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 line += f"  commit {str(row.get('git_commit'))[:10]}  dirty {row.get('git_dirty')}"
                 if row["name"] in experiments.EXPERIMENTS:
                     stored = Result(row["name"], row["config"], provenance=row["provenance"],
-                                    reverified=row["reverified"])
+                                    reverified=row["reverified"], rekeyed=row["rekeyed"])
                     line += f"  {freshness.freshness(stored).short()}"
             else:
                 bad += row["status"] != "unfinished"

@@ -1,12 +1,15 @@
 """Whether a stored result still comes from today's code, and the rerun that proves it.
 
 Every result records the hash of the code that computed it (``provenance["code_sha256"]``: the
-:func:`ntkbook.codehash.code_hash` of its experiment, over the source of every library module the
-experiment reaches, at any import depth) and the environment (jax and jaxlib versions, backend,
-x64 flag). :func:`freshness` compares them with today's:
+:func:`ntkbook.codehash.code_hash` of its experiment, over the normalised syntax of every
+definition its ``run`` and ``Config`` reach, so a docstring, a comment or an unreached helper
+changes nothing) and the environment (jax and jaxlib versions, backend, x64 flag).
+:func:`freshness` compares them with today's:
 
 - **today's code**: the result was computed, or later reproduced (:func:`reproduce`), by code
-  whose hash is today's;
+  whose hash is today's; or the code that computed or reproduced it is known (its commit) and its
+  hash under today's scheme, recorded when the hashing scheme changed (``rekeyed``, see
+  ``tools/rekey.py``), is today's;
 - **computed by earlier code**: the code has changed since; the result is shown with the date it
   was last re-verified (or "never re-verified") until a rerun reproduces it.
 
@@ -67,7 +70,8 @@ ENV_KEYS = ("jax", "jaxlib", "backend")
 
 # -- freshness -----------------------------------------------------------------------------------
 def _env_of(prov: Mapping[str, Any]) -> dict[str, Any]:
-    """The environment a provenance (or re-verification) record states."""
+    """The environment a provenance record (``versions``, ``backend``, ``x64``) or a
+    re-verification record (``environment``) states."""
     if isinstance(prov.get("environment"), Mapping):
         return dict(prov["environment"])
     versions = prov.get("versions") or {}
@@ -136,6 +140,29 @@ class Freshness:
         return text + "."
 
 
+def _vouchers(result: Result, code_now: str) -> list[tuple[str, str | None, Mapping[str, Any]]]:
+    """(date, sample, record) of every record that says today's code computed or reproduced the
+    result: the provenance, an agreeing re-verification, or either of those re-keyed (its hash
+    under today's scheme recorded later) — dated and placed by the record it re-keys."""
+    prov = result.provenance or {}
+    reverified = list(result.reverified or [])
+    out = []
+    if prov.get("code_sha256") == code_now:
+        out.append((str(prov.get("date") or ""), None, prov))
+    out += [(str(r.get("date") or ""), r.get("sample"), r) for r in reverified
+            if r.get("agree", True) and r.get("code_sha256") == code_now]
+    for rec in result.rekeyed or []:
+        if rec.get("code_sha256") != code_now:
+            continue
+        index = rec.get("reverified")
+        if index is None:  # the provenance re-keyed
+            out.append((str(prov.get("date") or ""), None, prov))
+        elif 0 <= int(index) < len(reverified) and reverified[int(index)].get("agree", True):
+            r = reverified[int(index)]
+            out.append((str(r.get("date") or ""), r.get("sample"), r))
+    return out
+
+
 def freshness(result: Result, *, env: Mapping[str, Any] | None = None) -> Freshness:
     """The :class:`Freshness` of ``result`` (loaded from a store or just computed)."""
     prov = result.provenance or {}
@@ -143,9 +170,7 @@ def freshness(result: Result, *, env: Mapping[str, Any] | None = None) -> Freshn
     code_then = prov.get("code_sha256") or None
     agreeing = [r for r in result.reverified or [] if r.get("agree", True)]
     last = max((r.get("date", "") for r in agreeing), default=None) or None
-    vouching = [(str(prov.get("date") or ""), None, prov)] if code_then == code_now else []
-    vouching += [(str(r.get("date") or ""), r.get("sample"), r) for r in agreeing
-                 if r.get("code_sha256") == code_now]
+    vouching = _vouchers(result, code_now)
     env = dict(env) if env is not None else environment()
     if not vouching:
         return Freshness(result.name, False, code_now, code_then, last_reverified=last,
@@ -153,8 +178,7 @@ def freshness(result: Result, *, env: Mapping[str, Any] | None = None) -> Freshn
     # the strongest voucher: a full computation or rerun over a sample; the latest of those
     since, sample, record = max(vouching, key=lambda v: (v[1] is None, v[0]))
     return Freshness(result.name, True, code_now, code_then, since=since or None, sample=sample,
-                     last_reverified=last,
-                     env_changes=_env_changes(_env_of(record.get("provenance", record)), env))
+                     last_reverified=last, env_changes=_env_changes(_env_of(record), env))
 
 
 def _env_changes(then: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str, ...]:
@@ -398,6 +422,7 @@ def reproduce(name: str, store: Store, *, entries: Sequence[str] | None = None,
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "agree": True,
                 "code_sha256": fresh.provenance.get("code_sha256"),
+                "code_hash_scheme": fresh.provenance.get("code_hash_scheme"),
                 "sample": what,
                 "values_compared": len(comparison.differences),
                 "max_abs_diff": worst.max_abs if worst else 0.0,

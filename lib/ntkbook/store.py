@@ -30,9 +30,10 @@ point; the folder is keyed by a hash of the experiment's code, so checkpoints wr
 are never reused (they are deleted when the entry is next computed).
 
 An entry can carry ``reverified``: records of later reruns with other code that reproduced it
-(:meth:`Store.add_reverification`, written by ``python -m ntkbook reproduce``); whether a stored
-result still comes from today's code is decided above the store (:mod:`ntkbook.freshness`), which
-knows the experiments' code.
+(:meth:`Store.add_reverification`, written by ``python -m ntkbook reproduce``), and ``rekeyed``:
+records that state the hash, under a newer hashing scheme, of the code that computed it or re-verified
+it (:meth:`Store.add_rekey`); whether a stored result still comes from today's code is decided
+above the store (:mod:`ntkbook.freshness`), which knows the experiments' code.
 
 Writes are atomic (temporary file, ``fsync``, :func:`os.replace`, ``fsync`` of the folder); the
 npz is written before the JSON that carries its hash, so a crash between the two leaves an entry
@@ -103,6 +104,8 @@ class Result:
       provenance: filled in by the store when the result is computed.
       reverified: records of later reruns, with other code, that reproduced this result
         (filled in by the store when loading; see :meth:`Store.add_reverification`).
+      rekeyed: records that give the code hash, under a newer scheme, of the code behind the
+        provenance or a re-verification (see :meth:`Store.add_rekey`).
     """
 
     name: str
@@ -111,6 +114,7 @@ class Result:
     scalars: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     reverified: list[dict[str, Any]] = field(default_factory=list)
+    rekeyed: list[dict[str, Any]] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> Any:
         if key in self.arrays:
@@ -672,7 +676,8 @@ class Store:
             )
         meta, arrays = found
         return Result(name=name, config=meta["config"], arrays=arrays, scalars=meta["scalars"],
-                      provenance=meta["provenance"], reverified=meta.get("reverified", []))
+                      provenance=meta["provenance"], reverified=meta.get("reverified", []),
+                      rekeyed=meta.get("rekeyed", []))
 
     def _entry_folders(self) -> list[Path]:
         """Every ``<root>/<name>/<entry>`` folder, sorted (the lock folder and hidden names left out)."""
@@ -710,7 +715,8 @@ class Store:
                            git_commit=prov.get("git_commit"), git_dirty=prov.get("git_dirty"),
                            hashed=meta["integrity"].get("hashed"), version=version,
                            config=meta.get("config"), provenance=prov,
-                           reverified=meta.get("reverified", []))
+                           reverified=meta.get("reverified", []),
+                           rekeyed=meta.get("rekeyed", []))
             except StoreError as exc:
                 status = "legacy" if "no content hashes" in str(exc) else "corrupt"
                 row.update(status=status, finished=False, error=str(exc))
@@ -861,19 +867,34 @@ class Store:
                     f"{prov.get('git_commit')}, git_dirty={prov.get('git_dirty')}). Commit "
                     f"first, or set {ALLOW_DIRTY_ENV}=1 to record it marked as such."
                 )
+        return self._append_record(name, version, config, "reverified", record,
+                                   "re-verification")
+
+    def add_rekey(self, name: str, version: str, config: Any, record: Mapping[str, Any]) -> Path:
+        """Append ``record`` to the entry's ``rekeyed`` list and re-sign the JSON: the code hash,
+        under a newer hashing scheme, of the code that computed the entry or re-verified it (the
+        record says which, the commit and how that hash was established). Nothing is recomputed;
+        the result itself is not touched."""
+        if not record.get("git_commit"):
+            raise StoreError(f"refusing to record a re-keying of {name} without the commit whose "
+                             f"code it hashes")
+        return self._append_record(name, version, config, "rekeyed", record, "re-keying")
+
+    def _append_record(self, name: str, version: str, config: Any, key: str,
+                       record: Mapping[str, Any], what: str) -> Path:
         with self.lock(name, version, config):
             found = self._verified(name, version, config)
             if found is None:
                 raise StoreError(f"no stored entry {self.entry_dir(name, version, config)} to "
-                                 f"record a re-verification in")
+                                 f"record a {what} in")
             meta, _ = found
             meta = {k: v for k, v in meta.items() if k != "integrity"} | {
                 "integrity": {k: v for k, v in meta["integrity"].items() if k != "json_sha256"}}
-            meta["reverified"] = [*meta.get("reverified", []), _to_jsonable(dict(record))]
+            meta[key] = [*meta.get(key, []), _to_jsonable(dict(record))]
             meta["integrity"]["json_sha256"] = _json_digest(meta)
             js = self.entry_dir(name, version, config) / "result.json"
             _write_or_explain(js, json.dumps(meta, indent=1).encode(),
-                              "The re-verification was not recorded.")
+                              f"The {what} was not recorded.")
             return js
 
     # -- maintenance -----------------------------------------------------------------------

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
-from ntkbook.codehash import code_hash
+from ntkbook.codehash import SCHEME, code_hash
 from ntkbook.errors import ConfigError, NtkbookError
 from ntkbook.paths import cache_dir, results_dir, scratch_dir
 from ntkbook.progress import format_seconds
@@ -256,6 +256,7 @@ def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = Fals
         check_finite(name, result, getattr(module, "NONFINITE_ALLOWED", None))
         if hasattr(module, "PRECISION"):
             result.provenance["precision"] = module.PRECISION
+        result.provenance["code_hash_scheme"] = SCHEME
         return result
 
     return store.get_or_compute(name, module.VERSION, config, compute,
