@@ -177,7 +177,15 @@ def test_plan_forms_each_jacobian_once_when_it_fits():
     assert "5 panels of 8 rows" in panels.describe()
     with pytest.raises(entk.InputError, match="memory_budget"):
         entk.plan_kernel(4, None, one, 0, memory_budget=0)
-    assert entk.default_memory_budget() > 0
+    # with no budget named, the plan is the one of the fixed default: a function of the shapes
+    # alone, never of the machine's free memory
+    assert entk.default_memory_budget() == entk.DEFAULT_MEMORY_BUDGET == 8 << 30
+    for n2, kernel in ((30, 5000), (None, 10 * one)):
+        assert entk.plan_kernel(40, n2, one, kernel) == entk.plan_kernel(
+            40, n2, one, kernel, memory_budget=entk.DEFAULT_MEMORY_BUDGET)
+    big = 1 << 30  # 40 rows of 1 GiB each: panels under the default, on any machine
+    assert entk.plan_kernel(40, None, big, 0).panels == entk.plan_kernel(
+        40, None, big, 0, memory_budget=8 << 30).panels > 1
 
 
 def test_param_filter_string_and_callable():

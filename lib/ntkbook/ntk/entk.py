@@ -100,7 +100,7 @@ __all__ = [
     "entk_matvec_mean_logit",
     "KernelPlan",
     "plan_kernel",
-    "default_memory_budget",
+    "DEFAULT_MEMORY_BUDGET", "default_memory_budget",
     "PRECISIONS",
 ]
 
@@ -327,30 +327,17 @@ def _check_reduction(reduction: str, class_index, C: int, allowed=REDUCTIONS):
 # --------------------------------------------------------------------------------------------------
 # materialised kernels
 # --------------------------------------------------------------------------------------------------
-#: the memory budget when neither the caller nor the machine says otherwise (bytes)
-FALLBACK_MEMORY_BUDGET = 4 << 30
+#: the memory budget of a materialised eNTK when the caller names none (bytes). A constant, so that
+#: the plan (panels, chunks), and with it every bit of the kernel, is a function of the shapes
+#: alone, never of what else the machine runs; pass ``memory_budget=`` for more (a GPU) or less
+DEFAULT_MEMORY_BUDGET = 8 << 30
 
 
 def default_memory_budget() -> int:
-    """Bytes the materialised eNTK may hold at once: half of the memory free now.
-
-    On a GPU (or other accelerator) backend, half of the first device's free memory
-    (``memory_stats()``: ``bytes_limit - bytes_in_use``); on CPU, half of Linux's ``MemAvailable``
-    (``/proc/meminfo``); else :data:`FALLBACK_MEMORY_BUDGET`.
-    """
-    dev = jax.devices()[0]
-    if dev.platform != "cpu":
-        stats = dev.memory_stats() or {}
-        if "bytes_limit" in stats:
-            return max(1, (int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))) // 2)
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except OSError:
-        pass
-    return FALLBACK_MEMORY_BUDGET
+    """Bytes the materialised eNTK may hold at once when the caller names none:
+    :data:`DEFAULT_MEMORY_BUDGET`, whatever the machine has free (a budget read from the free
+    memory made the float rounding of a kernel depend on the machine's load)."""
+    return DEFAULT_MEMORY_BUDGET
 
 
 @functools.lru_cache(maxsize=16)
@@ -693,12 +680,14 @@ def entk(
     batch_size : form the per-example Jacobians at most ``batch_size`` examples at a time (None: as
         many as the memory budget allows).
     memory_budget : bytes the Jacobians and the kernel may take at once (None:
-        :func:`default_memory_budget`, half of the free memory). When the Jacobians of all inputs
+        :data:`DEFAULT_MEMORY_BUDGET`, 8 GiB, on every machine). When the Jacobians of all inputs
         fit, each is formed exactly once and each parameter leaf is contracted in one matrix
         product; otherwise the kernel is assembled from panels of rows, and the other inputs'
         Jacobians are formed once per panel, which the run reports (:class:`KernelPlan`,
         :func:`plan_kernel`). With ``x2=None`` only the blocks on and above the diagonal are
-        computed. The kernel's values do not depend on the plan beyond float round-off.
+        computed. The kernel's values do not depend on the plan beyond float round-off, and the
+        plan depends only on the shapes, ``batch_size`` and ``memory_budget``: the same call gives
+        the same bits whatever the machine's free memory.
     precision : ``"model"`` (default: the dtype of the model's outputs, nothing cast),
         ``"float64"`` (float64 throughout; needs ``jax_enable_x64``), ``"float32_jacobians"`` (float32 Jacobians, products accumulated in float64, a float64
         kernel; needs ``jax_enable_x64``) or ``"float32"`` (float32 throughout); the module
