@@ -179,13 +179,26 @@ def test_plan_forms_each_jacobian_once_when_it_fits():
         entk.plan_kernel(4, None, one, 0, memory_budget=0)
     # with no budget named, the plan is the one of the fixed default: a function of the shapes
     # alone, never of the machine's free memory
-    assert entk.default_memory_budget() == entk.DEFAULT_MEMORY_BUDGET == 8 << 30
+    assert entk.default_memory_budget() == entk.DEFAULT_MEMORY_BUDGET == 12 << 30
     for n2, kernel in ((30, 5000), (None, 10 * one)):
         assert entk.plan_kernel(40, n2, one, kernel) == entk.plan_kernel(
             40, n2, one, kernel, memory_budget=entk.DEFAULT_MEMORY_BUDGET)
     big = 1 << 30  # 40 rows of 1 GiB each: panels under the default, on any machine
     assert entk.plan_kernel(40, None, big, 0).panels == entk.plan_kernel(
-        40, None, big, 0, memory_budget=8 << 30).panels > 1
+        40, None, big, 0, memory_budget=12 << 30).panels > 1
+
+
+def test_a_plan_that_cannot_fit_is_refused_before_any_work():
+    """Free memory never changes the plan; it only refuses one that cannot fit, saying what to do."""
+    one = 1000
+    whole = entk.plan_kernel(40, None, one, 5000, memory_budget=10**9)
+    assert whole.panels == 1 and whole.peak_bytes == 40 * one + 5000
+    entk.check_fits(whole, free=40 * one + 5000)  # fits exactly
+    with pytest.raises(entk.InputError, match=r"needs .* but only .* is free.*memory_budget="):
+        entk.check_fits(whole, free=40 * one + 4999)
+    panels = entk.plan_kernel(40, None, one, 0, batch_size=4, memory_budget=20 * one)
+    assert panels.panels > 1 and panels.peak_bytes == 20 * one  # at most the budget
+    entk.check_fits(panels, free=20 * one)
 
 
 def test_param_filter_string_and_callable():

@@ -100,7 +100,7 @@ __all__ = [
     "entk_matvec_mean_logit",
     "KernelPlan",
     "plan_kernel",
-    "DEFAULT_MEMORY_BUDGET", "default_memory_budget",
+    "DEFAULT_MEMORY_BUDGET", "default_memory_budget", "available_memory", "check_fits",
     "PRECISIONS",
 ]
 
@@ -329,8 +329,9 @@ def _check_reduction(reduction: str, class_index, C: int, allowed=REDUCTIONS):
 # --------------------------------------------------------------------------------------------------
 #: the memory budget of a materialised eNTK when the caller names none (bytes). A constant, so that
 #: the plan (panels, chunks), and with it every bit of the kernel, is a function of the shapes
-#: alone, never of what else the machine runs; pass ``memory_budget=`` for more (a GPU) or less
-DEFAULT_MEMORY_BUDGET = 8 << 30
+#: alone, never of what else the machine runs; pass ``memory_budget=`` for more (a GPU) or less.
+#: 12 GiB holds the book's largest kernel (the transformer's 841 x 841, 10 GB of Jacobians) whole.
+DEFAULT_MEMORY_BUDGET = 12 << 30
 
 
 def default_memory_budget() -> int:
@@ -338,6 +339,38 @@ def default_memory_budget() -> int:
     :data:`DEFAULT_MEMORY_BUDGET`, whatever the machine has free (a budget read from the free
     memory made the float rounding of a kernel depend on the machine's load)."""
     return DEFAULT_MEMORY_BUDGET
+
+
+def available_memory() -> int | None:
+    """Bytes free now (the first accelerator's, else Linux's ``MemAvailable``; None if unknown).
+    Only to refuse a plan that cannot fit (:func:`check_fits`), never to choose one."""
+    dev = jax.devices()[0]
+    if dev.platform != "cpu":
+        stats = dev.memory_stats() or {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_fits(plan: "KernelPlan", free: int | None = None) -> None:
+    """Refuse, before any work, a plan that needs more memory than is free (``free``: bytes,
+    default :func:`available_memory`): a clear error instead of an allocation failure midway,
+    and no silent change of plan (which would change the kernel's rounding)."""
+    free = available_memory() if free is None else free
+    if free is not None and plan.peak_bytes > free:
+        gb = lambda b: f"{b / 2**30:.3g} GiB"  # noqa: E731
+        raise InputError(
+            f"this eNTK needs {gb(plan.peak_bytes)} at once (Jacobians and kernel within the memory "
+            f"budget of {gb(plan.budget)}) but only {gb(free)} is free. Free memory, or pass a "
+            f"smaller memory_budget= (more panels: the same kernel up to float round-off, not the "
+            f"same bits as the default plan's).")
 
 
 @functools.lru_cache(maxsize=16)
@@ -482,6 +515,12 @@ class KernelPlan:
         return -(-self.n1 // self.panel_rows)
 
     @property
+    def peak_bytes(self) -> int:
+        """Bytes held at once: every Jacobian and the kernel, or (in panels) at most the budget."""
+        need = (self.n1 + (0 if self.symmetric else self.n2)) * self.row_bytes + self.kernel_bytes
+        return need if self.panels == 1 else min(need, self.budget)
+
+    @property
     def max_formations(self) -> int:
         """How many times the Jacobian of one input is formed, at most."""
         return 1 if self.panels == 1 else self.panels
@@ -578,6 +617,7 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
     plan = plan_kernel(n1, n2, c_out * sum(int(sel[i].size) for i in range(len(sel))) * jac_itemsize,
                        len(groups) * n1 * (n2 or n1) * per_pair * kernel_itemsize,
                        batch_size=batch_size, memory_budget=memory_budget)
+    check_fits(plan)
 
     xs = (x1, x2)
     if jac_dtype is not None:  # parameters and inputs cast for the Jacobians only
@@ -680,7 +720,8 @@ def entk(
     batch_size : form the per-example Jacobians at most ``batch_size`` examples at a time (None: as
         many as the memory budget allows).
     memory_budget : bytes the Jacobians and the kernel may take at once (None:
-        :data:`DEFAULT_MEMORY_BUDGET`, 8 GiB, on every machine). When the Jacobians of all inputs
+        :data:`DEFAULT_MEMORY_BUDGET`, 12 GiB, on every machine; a plan that needs more than is
+        free is refused with the reason, :func:`check_fits`). When the Jacobians of all inputs
         fit, each is formed exactly once and each parameter leaf is contracted in one matrix
         product; otherwise the kernel is assembled from panels of rows, and the other inputs'
         Jacobians are formed once per panel, which the run reports (:class:`KernelPlan`,
