@@ -67,11 +67,31 @@ MUTATIONS = [
     M("L2", "experiments/demo_sweep.py", "a Config field without its comment",
       ("    repeats: int = 200  # independent estimates per n", "    repeats: int = 200"), ("tests/test_layout.py",)),
     # -- codehash: the code an experiment runs -------------------------------------------------
-    M("C1", "codehash.py", "code hash sees only module-level imports",
+    M("C1", "codehash.py", "legacy hash sees only module-level imports",
       ("for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):",
        "for node in ast.parse(path.read_text(), filename=str(path)).body:"), ("tests/test_codehash.py",)),
-    M("C2", "codehash.py", "code hash does not follow imports past the experiment's own",
-      ("        todo.extend(imported_modules(mod, lib) - seen)", "        todo.extend([] if seen - {name} else imported_modules(mod, lib) - seen)"),
+    M("C2", "codehash.py", "function-level imports not followed",
+      ("                    if isinstance(node, (ast.Import, ast.ImportFrom)) and node is not stmt:\n                        for bound",
+       "                    if False:\n                        for bound"), ("tests/test_codehash.py",)),
+    M("C3", "codehash.py", "attribute chains not followed past the module",
+      ("        first, rest = attrs[0], attrs[1:]", "        first, rest = attrs[0], []"), ("tests/test_codehash.py",)),
+    M("C4", "codehash.py", "module top-level statements not hashed",
+      ("            if mod.executable:\n", "            if False:\n"), ("tests/test_codehash.py",)),
+    M("C5", "codehash.py", "default arguments not followed",
+      ("        for d in (*args.defaults, *[d for d in args.kw_defaults if d is not None]):\n            visit(d, scopes)",
+       "        for d in ():\n            visit(d, scopes)"), ("tests/test_codehash.py",)),
+    M("C6", "codehash.py", "parameters renamed like locals",
+      ("            excluded.update(x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg,\n                                            a.kwarg) if x is not None)",
+       "            pass"), ("tests/test_codehash.py",)),
+    M("C7", "codehash.py", "ClassVar annotations dropped like any other",
+      ("        if in_class_body and _field_marker(node.annotation):", "        if False:"), ("tests/test_codehash.py",)),
+    M("C8", "codehash.py", "a name bound by the first iterable's scope taken as the comprehension's",
+      ("            visit(gens[0].iter, scopes)  # the first iterable runs in the enclosing scope",
+       "            visit(gens[0].iter, scopes + ({n.id for g in gens for n in ast.walk(g.target) if isinstance(n, ast.Name)},))"),
+      ("tests/test_codehash.py",)),
+    M("C9", "codehash.py", "the cache keyed by file sizes, not contents",
+      ("            digest.update(str(path.relative_to(root)).encode() + b\"\\0\" + path.read_bytes() + b\"\\0\")",
+       "            digest.update(str(path.relative_to(root)).encode() + str(path.stat().st_size).encode())"),
       ("tests/test_codehash.py",)),
     # -- eig: Lanczos and dense eigensolvers ---------------------------------------------------
     M("E1", "ntk/eig.py", "one re-orthogonalisation pass instead of two (default)",
@@ -195,7 +215,15 @@ MUTATIONS = [
       ("if meta.get(\"npz_sha256\") is not None and _sha256(data) != meta[\"npz_sha256\"]:", "if False:"), STORE),
     # -- freshness: today's code or not, and reproduce (tests/test_freshness.py) ------------------
     M("R1", "freshness.py", "a result counts as today's whatever code computed it",
-      ("if code_then == code_now else []", "if True else []"), ("tests/test_freshness.py",)),
+      (("if code_then == code_now else []", "if True else []"),
+       ('    if prov.get("code_sha256") == code_now:\n', "    if True:\n")), ("tests/test_freshness.py",)),
+    M("R6", "freshness.py", "a re-keying vouches whatever hash it records",
+      ('        if rec.get("code_sha256") != code_now:\n            continue', "        if False:\n            continue"),
+      ("tests/test_rekey.py",)),
+    M("R7", "freshness.py", "a re-verification's environment read from its provenance key (never differs)",
+      ("env_changes=_env_changes(_env_of(record), env))",
+       "env_changes=_env_changes(_env_of(record.get(\"provenance\", record)), env))"),
+      ("tests/test_freshness.py", "tests/test_rekey.py")),
     M("R2", "freshness.py", "a rerun's values are compared without their tolerance",
       ("                          bool(np.all(d <= bound)))", "                          True)"),
       ("tests/test_freshness.py",)),
@@ -267,8 +295,9 @@ MUTATIONS = [
 
 
 def materialise(dest: Path, ref: str | None) -> None:
-    """lib/ and tests/ (and the results the tests read) of ``ref`` (or the working tree) in ``dest``."""
-    parts = ["lib", "tests", "results", "pyproject.toml"]
+    """lib/ and tests/ (and the results and tools the tests read) of ``ref`` (or the working tree)
+    in ``dest``."""
+    parts = ["lib", "tests", "results", "tools", "pyproject.toml"]
     if ref is None:
         for p in parts:
             src = REPO / p
