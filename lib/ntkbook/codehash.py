@@ -603,6 +603,16 @@ class _Normaliser(ast.NodeTransformer):
         self._body(node)
         return super().generic_visit(node)
 
+    def _scope(self, node):
+        """A function or lambda: its body normalised, then (if outermost) its locals renamed."""
+        outermost = self.function_depth == 0
+        self.function_depth += 1
+        self.generic_visit(node)
+        self.function_depth -= 1
+        if outermost:
+            _rename_locals(node, self.module_names)
+        return node
+
     def _function(self, node):
         node.returns = None
         a = node.args
@@ -610,24 +620,10 @@ class _Normaliser(ast.NodeTransformer):
             if arg is not None:
                 arg.annotation = None
         node.type_comment = None
-        outermost = self.function_depth == 0
-        self.function_depth += 1
-        self.generic_visit(node)
-        self.function_depth -= 1
-        if outermost:
-            _rename_locals(node, self.module_names)
-        return node
+        return self._scope(node)
 
     visit_FunctionDef = visit_AsyncFunctionDef = _function
-
-    def visit_Lambda(self, node):
-        outermost = self.function_depth == 0
-        self.function_depth += 1
-        self.generic_visit(node)
-        self.function_depth -= 1
-        if outermost:
-            _rename_locals(node, self.module_names)
-        return node
+    visit_Lambda = _scope
 
     def visit_ClassDef(self, node):
         self.class_depth += 1
