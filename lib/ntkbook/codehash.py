@@ -163,6 +163,7 @@ class _Module:
     executable: list[ast.stmt] = field(default_factory=list)  # run on import, always hashed
     other: set[str] = field(default_factory=set)  # names those statements bind
     star: bool = False  # has ``from x import *``: its names cannot be known
+    star_from: list[str] = field(default_factory=list)  # the ntkbook modules it star-imports
 
 
 def _bound_names(target: ast.expr) -> list[str]:
@@ -285,6 +286,8 @@ class Library:
             elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
                     mod.star = True
+                    if self.exists(_import_base(stmt, package)):
+                        mod.star_from.append(_import_base(stmt, package))
                 for bound, target in self._import_bindings(stmt, package):
                     if target is None:
                         mod.external.add(bound)
@@ -374,6 +377,20 @@ def _function_locals(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) 
     return names - declared_global
 
 
+def _declared_globals(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names ``func``'s own body declares ``global`` (nested scopes left out)."""
+    out: set[str] = set()
+    todo = list(func.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, _SCOPES):
+            continue
+        if isinstance(node, ast.Global):
+            out.update(node.names)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
 def _chains(tree: ast.AST) -> list[tuple[str, list[str]]]:
     """Every name the code below ``tree`` reads from its module (not a local variable of a
     function it is in), with the attributes read from it: ``entk.entk_matvec(...)`` gives
@@ -393,7 +410,8 @@ def _chains(tree: ast.AST) -> list[tuple[str, list[str]]]:
             for d in node.decorator_list:
                 visit(d, scopes)
             arguments(node.args, scopes)
-            inner = scopes + (_function_locals(node),)
+            declared = _declared_globals(node)  # the module's here and below, whatever encloses
+            inner = tuple(s - declared for s in scopes) + (_function_locals(node),)
             for stmt in node.body:
                 visit(stmt, inner)
         elif isinstance(node, ast.Lambda):
@@ -474,6 +492,8 @@ class _Walker:
             self.add_def(name, n)
         for n in sorted(mod.imports):
             self.resolve(name, mod.imports[n], [])
+        for base in mod.star_from:  # what ``from base import *`` bound
+            self.whole(base)
 
     def add_def(self, module: str, name: str) -> None:
         if module in NOT_CODE:
@@ -558,6 +578,9 @@ class _Walker:
                     self.resolve(module, mod.imports[name], list(attrs))
                 if name in mod.defs:
                     self.add_def(module, name)
+                if not (name in local or name in mod.imports or name in mod.defs):
+                    for base in mod.star_from:  # perhaps bound by ``from base import *``
+                        self.resolve(module, ("attr", base, name), list(attrs))
 
 
 def reached(name: str, lib: Path | Library = _LIB) -> dict[str, list[ast.stmt]]:
