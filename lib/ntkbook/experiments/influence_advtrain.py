@@ -57,7 +57,6 @@ are in :mod:`ntkbook.claims.influence_advtrain`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 import jax
@@ -65,11 +64,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ntkbook import validate as v
+from ntkbook.influence import config_checks as cc
 from ntkbook.influence import interventions, references, scores, training
 from ntkbook.influence.losses import attack_loss, data_loss
 from ntkbook.influence.readout import sweep_part
-from ntkbook.influence.tasks import (MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_classes, task_data,
-                                     targets)
+from ntkbook.influence.tasks import MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_data, targets
 from ntkbook.models import attention, two_layer
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -125,36 +124,14 @@ class Config:
         return cls(models=("relu",))
 
     def __post_init__(self):
-        for field, known in (("tasks", TASKS), ("models", MODELS)):
-            v.non_empty(NAME, field, getattr(self, field))
-            v.all_in(NAME, field, getattr(self, field), known)
-            v.unique(NAME, field, getattr(self, field))
-        v.non_empty(NAME, "seeds", self.seeds)
-        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
-        v.unique(NAME, "seeds", self.seeds)
-        classes = math.lcm(*(len(task_classes(t)[1]) for t in self.tasks))
-        for field in ("n_train", "n_test"):
-            n = getattr(self, field)
-            v.positive_int(NAME, field, n)
-            v.require(NAME, field, n, n % classes == 0, f"a multiple of {classes}",
-                      "a balanced subset of every task's classes")
-        v.even_positive_int(NAME, "width", self.width, "the symmetric initialisation pairs the units")
-        v.positive_int(NAME, "epochs", self.epochs)
-        v.finite_positive(NAME, "lr", self.lr)
-        v.positive_int(NAME, "batch", self.batch)
-        v.finite_non_negative(NAME, "l2", self.l2)
-        v.non_empty(NAME, "eps", self.eps)
-        v.each(v.fraction, NAME, "eps", self.eps, "an L-infinity radius on pixels in [0, 1]", high_closed=True)
-        v.increasing(NAME, "eps", self.eps)
-        v.require(NAME, "eps", self.eps, len({eps_code(e) for e in self.eps}) == len(self.eps),
-                  "radii that differ in their first four decimals", "each radius keys its own draws")
+        cc.check_choices(NAME, self, tasks=TASKS, models=MODELS)
+        cc.check_seeds(NAME, self.seeds)
+        cc.check_balanced_sizes(NAME, self, self.tasks)
+        cc.check_training(NAME, self)
+        cc.check_radii(NAME, "eps", self.eps, eps_code)
         v.positive_int(NAME, "pgd_train_steps", self.pgd_train_steps)
         v.finite_positive(NAME, "pgd_train_step_fraction", self.pgd_train_step_fraction)
-        v.finite_positive(NAME, "lam", self.lam, "K + lam I must be positive definite")
-        v.fraction(NAME, "top_fraction", self.top_fraction, high_closed=True)
-        v.positive_int(NAME, "pgd_steps", self.pgd_steps)
-        v.finite_positive(NAME, "pgd_step_fraction", self.pgd_step_fraction)
-        v.positive_int(NAME, "null_draws", self.null_draws)
+        cc.check_fields(NAME, self, "lam", "top_fraction", "pgd_steps", "pgd_step_fraction", "null_draws")
 
 
 def eps_code(eps: float) -> int:

@@ -49,10 +49,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ntkbook import validate as v
+from ntkbook.influence import config_checks as cc
 from ntkbook.influence import interventions, references, scores, training, whitened
 from ntkbook.influence import whitening as wh
 from ntkbook.influence.readout import sweep_part
-from ntkbook.influence.tasks import MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_classes, task_data, targets
+from ntkbook.influence.tasks import MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_data, targets
 from ntkbook.models import attention, two_layer
 from ntkbook.ntk import gram
 from ntkbook.progress import Progress
@@ -113,28 +114,12 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        for field, known in (("tasks", TASKS), ("models", MODELS)):
-            v.non_empty(NAME, field, getattr(self, field))
-            v.all_in(NAME, field, getattr(self, field), known)
-            v.unique(NAME, field, getattr(self, field))
-        v.all_in(NAME, "attack_models", self.attack_models, self.models, "models that are trained")
-        v.unique(NAME, "attack_models", self.attack_models)
-        v.non_empty(NAME, "seeds", self.seeds)
-        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
-        v.unique(NAME, "seeds", self.seeds)
-        classes = math.lcm(*(len(task_classes(t)[1]) for t in self.tasks))
-        for field in ("n_train", "n_test"):
-            n = getattr(self, field)
-            v.positive_int(NAME, field, n)
-            v.require(NAME, field, n, n % classes == 0, f"a multiple of {classes}",
-                      "a balanced subset of every task's classes")
-        v.even_positive_int(NAME, "width", self.width, "the symmetric initialisation pairs the units")
-        v.positive_int(NAME, "epochs", self.epochs)
-        v.finite_positive(NAME, "lr", self.lr)
-        v.positive_int(NAME, "batch", self.batch)
-        v.finite_non_negative(NAME, "l2", self.l2)
-        if self.attn_steps is not None:
-            v.positive_int(NAME, "attn_steps", self.attn_steps, "or None")
+        cc.check_choices(NAME, self, tasks=TASKS, models=MODELS)
+        cc.check_subset(NAME, "attack_models", self.attack_models, self.models, "models that are trained")
+        cc.check_seeds(NAME, self.seeds)
+        cc.check_balanced_sizes(NAME, self, self.tasks)
+        cc.check_training(NAME, self)
+        cc.check_fields(NAME, self, "attn_steps")
         if self.components is not None:
             v.int_in(NAME, "components", self.components, 1, self.n_train - 1,
                      "or None: the centred training set has rank at most n_train - 1")
@@ -142,21 +127,10 @@ class Config:
         v.each(v.finite_non_negative, NAME, "kappa_rel_ridges", self.kappa_rel_ridges,
                "a ridge relative to the top variance")
         v.increasing(NAME, "kappa_rel_ridges", self.kappa_rel_ridges)
-        v.fraction(NAME, "top_fraction", self.top_fraction, high_closed=True)
-        v.non_empty(NAME, "eps", self.eps)
-        v.each(v.fraction, NAME, "eps", self.eps, "an L-infinity radius on pixels in [0, 1]", high_closed=True)
-        v.increasing(NAME, "eps", self.eps)
-        v.require(NAME, "eps", self.eps, len({_eps_code(e) for e in self.eps}) == len(self.eps),
-                  "radii that differ in their first four decimals", "each radius keys its own draws")
-        for field in ("ridges", "ridges_per_point"):
-            v.each(v.finite_positive, NAME, field, getattr(self, field), "K + lam I must be positive definite")
-            v.unique(NAME, field, getattr(self, field))
-        v.require(NAME, "ridges", self.ridges, bool(self.ridges or self.ridges_per_point),
-                  "non-empty when ridges_per_point is empty", "the influence needs a ridge")
-        v.positive_int(NAME, "pgd_steps", self.pgd_steps)
-        v.finite_positive(NAME, "pgd_step_fraction", self.pgd_step_fraction)
-        v.positive_int(NAME, "pgd_restarts", self.pgd_restarts)
-        v.positive_int(NAME, "null_draws", self.null_draws)
+        cc.check_fields(NAME, self, "top_fraction")
+        cc.check_radii(NAME, "eps", self.eps, _eps_code)
+        cc.check_ridges(NAME, self, ("ridges", "ridges_per_point"))
+        cc.check_fields(NAME, self, "pgd_steps", "pgd_step_fraction", "pgd_restarts", "null_draws")
 
 
 def _eps_code(eps: float) -> int:

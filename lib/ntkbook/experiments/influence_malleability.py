@@ -44,13 +44,13 @@ claims are read from the stored results in :mod:`ntkbook.claims.influence`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 import jax.numpy as jnp
 import numpy as np
 
 from ntkbook import validate as v
+from ntkbook.influence import config_checks as cc
 from ntkbook.influence import interventions, landscape, training
 from ntkbook.influence.readout import sweep_part
 from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, accuracy, input_dim,
@@ -115,46 +115,24 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        for field, known in (("tasks", TASKS), ("models", MODELS), ("attacks", ATTACK_LABELS),
-                             ("interventions", interventions.INTERVENTIONS)):
-            v.non_empty(NAME, field, getattr(self, field))
-            v.all_in(NAME, field, getattr(self, field), known)
-            v.unique(NAME, field, getattr(self, field))
-        v.non_empty(NAME, "seeds", self.seeds)
-        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
-        v.unique(NAME, "seeds", self.seeds)
-        classes = math.lcm(*(len(task_classes(t)[1]) for t in self.tasks))
-        for field in ("n_train", "n_test"):
-            n = getattr(self, field)
-            v.positive_int(NAME, field, n)
-            v.require(NAME, field, n, n % classes == 0, f"a multiple of {classes}",
-                      "a balanced subset of every task's classes")
-        v.even_positive_int(NAME, "width", self.width, "the symmetric initialisation pairs the units")
-        v.positive_int(NAME, "epochs", self.epochs)
-        v.finite_positive(NAME, "lr", self.lr)
-        v.positive_int(NAME, "batch", self.batch)
-        v.finite_non_negative(NAME, "l2", self.l2)
-        v.finite_positive(NAME, "lam", self.lam, "K + lam I must be positive definite")
-        v.fraction(NAME, "top_fraction", self.top_fraction, high_closed=True)
-        v.fraction(NAME, "eps", self.eps, "an L-infinity radius on pixels in [0, 1]", high_closed=True)
-        v.positive_int(NAME, "pgd_steps", self.pgd_steps)
-        v.finite_positive(NAME, "pgd_step_size", self.pgd_step_size)
-        v.positive_int(NAME, "mim_steps", self.mim_steps)
-        v.finite_non_negative(NAME, "mim_decay", self.mim_decay)
-        if self.attn_steps is not None:
-            v.positive_int(NAME, "attn_steps", self.attn_steps, "or None")
+        cc.check_choices(NAME, self, tasks=TASKS, models=MODELS, attacks=ATTACK_LABELS,
+                         interventions=interventions.INTERVENTIONS)
+        cc.check_seeds(NAME, self.seeds)
+        cc.check_balanced_sizes(NAME, self, self.tasks)
+        cc.check_training(NAME, self)
+        cc.check_fields(NAME, self, "lam", "top_fraction")
+        cc.check_radius(NAME, "eps", self.eps)
+        cc.check_fields(NAME, self, "pgd_steps", "pgd_step_size", "mim_steps", "mim_decay", "attn_steps")
         for field in ("ablation_tasks", "landscape_2d_tasks"):
-            v.all_in(NAME, field, getattr(self, field), self.tasks, "tasks that are run")
-            v.unique(NAME, field, getattr(self, field))
-        v.each(v.fraction, NAME, "ablation_eps", self.ablation_eps, "an L-infinity radius on pixels in [0, 1]",
-               high_closed=True)
+            cc.check_subset(NAME, field, getattr(self, field), self.tasks, "tasks that are run")
+        v.each(cc.check_radius, NAME, "ablation_eps", self.ablation_eps)
         v.require(NAME, "ablation_eps", self.ablation_eps,
                   len({int(e * 1000) for e in self.ablation_eps}) == len(self.ablation_eps),
                   "radii that differ in their first three decimals", "each radius keys its own attack")
         v.odd_at_least(NAME, "landscape_points", self.landscape_points, 3, "the middle point is the trained weights")
         v.odd_at_least(NAME, "landscape_grid", self.landscape_grid, 3, "the middle point is the trained weights")
         v.finite_positive(NAME, "landscape_radius", self.landscape_radius)
-        v.positive_int(NAME, "hessian_steps", self.hessian_steps)
+        cc.check_fields(NAME, self, "hessian_steps")
 
 
 def train_recipe(config: Config) -> training.TrainRecipe:

@@ -47,7 +47,6 @@ the flip-objective attack, so a stopped run resumes where it stopped.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 import jax
@@ -55,11 +54,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ntkbook import validate as v
+from ntkbook.influence import config_checks as cc
 from ntkbook.influence import flip_attack, interventions, references, scores, training
 from ntkbook.influence.losses import attack_loss
 from ntkbook.influence.readout import sweep_part
-from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, accuracy, input_dim,
-                                     task_classes, task_data, targets)
+from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_data,
+                                     targets)
 from ntkbook.models import attention, two_layer
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -122,47 +122,18 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        for field, known in (("tasks", TASKS), ("models", MODELS), ("attacks", ATTACK_LABELS)):
-            v.non_empty(NAME, field, getattr(self, field))
-            v.all_in(NAME, field, getattr(self, field), known)
-            v.unique(NAME, field, getattr(self, field))
-        v.non_empty(NAME, "seeds", self.seeds)
-        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
-        v.unique(NAME, "seeds", self.seeds)
-        classes = math.lcm(*(len(task_classes(t)[1]) for t in self.tasks))
-        for field in ("n_train", "n_test"):
-            n = getattr(self, field)
-            v.positive_int(NAME, field, n)
-            v.require(NAME, field, n, n % classes == 0, f"a multiple of {classes}",
-                      "a balanced subset of every task's classes")
-        v.even_positive_int(NAME, "width", self.width, "the symmetric initialisation pairs the units")
-        v.positive_int(NAME, "epochs", self.epochs)
-        v.finite_positive(NAME, "lr", self.lr)
-        v.positive_int(NAME, "batch", self.batch)
-        v.finite_non_negative(NAME, "l2", self.l2)
-        if self.attn_steps is not None:
-            v.positive_int(NAME, "attn_steps", self.attn_steps, "or None")
-        v.fraction(NAME, "top_fraction", self.top_fraction, high_closed=True)
-        for field in ("eps", "flip_eps"):
-            values = getattr(self, field)
-            v.each(v.fraction, NAME, field, values, "an L-infinity radius on pixels in [0, 1]", high_closed=True)
-            v.increasing(NAME, field, values)
-            v.require(NAME, field, values, len({_eps_code(e) for e in values}) == len(values),
-                      "radii that differ in their first four decimals", "each radius keys its own draws")
+        cc.check_choices(NAME, self, tasks=TASKS, models=MODELS, attacks=ATTACK_LABELS)
+        cc.check_seeds(NAME, self.seeds)
+        cc.check_balanced_sizes(NAME, self, self.tasks)
+        cc.check_training(NAME, self)
+        cc.check_fields(NAME, self, "attn_steps", "top_fraction")
+        for field in ("eps", "flip_eps"):  # both checked before eps is required non-empty
+            cc.check_radii(NAME, field, getattr(self, field), _eps_code, required=False)
         v.non_empty(NAME, "eps", self.eps)
-        for field in ("ridges", "ridges_per_point", "flip_ridges", "flip_ridges_per_point"):
-            v.each(v.finite_positive, NAME, field, getattr(self, field), "K + lam I must be positive definite")
-            v.unique(NAME, field, getattr(self, field))
-        v.require(NAME, "ridges", self.ridges, bool(self.ridges or self.ridges_per_point),
-                  "non-empty when ridges_per_point is empty", "the influence needs a ridge")
-        v.positive_int(NAME, "pgd_steps", self.pgd_steps)
-        v.finite_positive(NAME, "pgd_step_fraction", self.pgd_step_fraction)
-        v.positive_int(NAME, "pgd_restarts", self.pgd_restarts)
-        v.positive_int(NAME, "mim_steps", self.mim_steps)
-        v.finite_non_negative(NAME, "mim_decay", self.mim_decay)
-        v.positive_int(NAME, "null_draws", self.null_draws)
-        v.all_in(NAME, "flip_tasks", self.flip_tasks, self.tasks, "tasks that are run")
-        v.unique(NAME, "flip_tasks", self.flip_tasks)
+        cc.check_ridges(NAME, self, ("ridges", "ridges_per_point", "flip_ridges", "flip_ridges_per_point"))
+        cc.check_fields(NAME, self, "pgd_steps", "pgd_step_fraction", "pgd_restarts", "mim_steps", "mim_decay",
+                        "null_draws")
+        cc.check_subset(NAME, "flip_tasks", self.flip_tasks, self.tasks, "tasks that are run")
         v.all_in(NAME, "flip_eps", self.flip_eps, self.eps, "radii of the map")
         v.all_in(NAME, "flip_ridges", self.flip_ridges, self.ridges, "ridges of the map")
         v.all_in(NAME, "flip_ridges_per_point", self.flip_ridges_per_point, self.ridges_per_point,

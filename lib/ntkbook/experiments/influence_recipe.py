@@ -19,8 +19,9 @@ import math
 import numpy as np
 
 from ntkbook import validate as v
+from ntkbook.influence import config_checks as cc
 from ntkbook.influence import training
-from ntkbook.influence.tasks import MODELS, TASKS, accuracy, task_classes, task_data, targets
+from ntkbook.influence.tasks import MODELS, TASKS, accuracy, task_data, targets
 from ntkbook.models import attention, two_layer
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -61,22 +62,10 @@ class Config:
 
     def __post_init__(self):
         v.one_of(NAME, "task", self.task, TASKS)
-        for field, known in (("recipes", RECIPES), ("models", MODELS)):
-            v.non_empty(NAME, field, getattr(self, field))
-            v.all_in(NAME, field, getattr(self, field), known)
-            v.unique(NAME, field, getattr(self, field))
-        v.non_empty(NAME, "seeds", self.seeds)
-        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
-        v.unique(NAME, "seeds", self.seeds)
-        classes = len(task_classes(self.task)[1])
-        for field in ("n_train", "n_test"):
-            n = getattr(self, field)
-            v.positive_int(NAME, field, n)
-            v.require(NAME, field, n, n % classes == 0, f"a multiple of {classes}",
-                      "a balanced subset of the task's classes")
-        v.even_positive_int(NAME, "width", self.width, "the symmetric initialisation pairs the units")
-        v.positive_int(NAME, "epochs", self.epochs)
-        v.positive_int(NAME, "batch", self.batch)
+        cc.check_choices(NAME, self, recipes=RECIPES, models=MODELS)
+        cc.check_seeds(NAME, self.seeds)
+        cc.check_balanced_sizes(NAME, self, (self.task,), classes_of="the task's classes")
+        cc.check_fields(NAME, self, "width", "epochs", "batch")  # lr and l2 are the recipes'
 
 
 def estimate_seconds(config: Config) -> float:

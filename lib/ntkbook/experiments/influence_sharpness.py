@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ntkbook import validate as v
+from ntkbook.influence import config_checks as cc
 from ntkbook.influence import curvature, landscape, training
 from ntkbook.influence.losses import data_loss
 from ntkbook.influence.readout import sweep_part
@@ -105,29 +106,15 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        v.non_empty(NAME, "tasks", self.tasks)
-        v.all_in(NAME, "tasks", self.tasks, TASKS)
-        v.unique(NAME, "tasks", self.tasks)
-        v.non_empty(NAME, "seeds", self.seeds)
-        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
-        v.unique(NAME, "seeds", self.seeds)
-        classes = math.lcm(*(len(task_classes(t)[1]) for t in self.tasks))
-        v.positive_int(NAME, "n_train", self.n_train)
-        v.require(NAME, "n_train", self.n_train, self.n_train % classes == 0, f"a multiple of {classes}",
-                  "a balanced subset of every task's classes")
-        v.even_positive_int(NAME, "width", self.width, "the symmetric initialisation pairs the units")
-        v.positive_int(NAME, "epochs", self.epochs)
-        v.finite_positive(NAME, "lr", self.lr)
-        v.positive_int(NAME, "batch", self.batch)
-        v.finite_non_negative(NAME, "l2", self.l2)
-        if self.attn_steps is not None:
-            v.positive_int(NAME, "attn_steps", self.attn_steps, "or None")
-        v.positive_int(NAME, "hessian_steps", self.hessian_steps)
+        cc.check_choices(NAME, self, tasks=TASKS)
+        cc.check_seeds(NAME, self.seeds)
+        cc.check_balanced_sizes(NAME, self, self.tasks, fields=("n_train",))
+        cc.check_training(NAME, self)
+        cc.check_fields(NAME, self, "attn_steps", "hessian_steps")
         v.int_at_least(NAME, "curve_points", self.curve_points, 2, "a curve needs two epochs besides the start")
         v.odd_at_least(NAME, "slice_points", self.slice_points, 3, "the middle point is the network")
         v.finite_positive(NAME, "slice_radius", self.slice_radius)
-        v.all_in(NAME, "slice_2d_tasks", self.slice_2d_tasks, self.tasks, "tasks that are run")
-        v.unique(NAME, "slice_2d_tasks", self.slice_2d_tasks)
+        cc.check_subset(NAME, "slice_2d_tasks", self.slice_2d_tasks, self.tasks, "tasks that are run")
         v.odd_at_least(NAME, "slice_grid", self.slice_grid, 3, "the middle point is the network")
 
 

@@ -12,16 +12,14 @@ point.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 import jax.numpy as jnp
 import numpy as np
 
-from ntkbook import validate as v
+from ntkbook.influence import config_checks as cc
 from ntkbook.influence import interventions, training
-from ntkbook.influence.tasks import (MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_classes, task_data,
-                                     targets)
+from ntkbook.influence.tasks import MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_data, targets
 from ntkbook.models import attention, two_layer
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
@@ -63,31 +61,13 @@ class Config:
         return cls()
 
     def __post_init__(self):
-        for field, known in (("tasks", TASKS), ("models", MODELS), ("attacks", ("fgsm", "pgd"))):
-            v.non_empty(NAME, field, getattr(self, field))
-            v.all_in(NAME, field, getattr(self, field), known)
-            v.unique(NAME, field, getattr(self, field))
-        v.non_empty(NAME, "seeds", self.seeds)
-        v.each(v.int_at_least, NAME, "seeds", self.seeds, 0, "a JAX seed")
-        v.unique(NAME, "seeds", self.seeds)
-        classes = math.lcm(*(len(task_classes(t)[1]) for t in self.tasks))
-        for field in ("n_train", "n_test"):
-            n = getattr(self, field)
-            v.positive_int(NAME, field, n)
-            v.require(NAME, field, n, n % classes == 0, f"a multiple of {classes}",
-                      "a balanced subset of every task's classes")
-        v.non_empty(NAME, "widths", self.widths)
-        v.each(v.even_positive_int, NAME, "widths", self.widths, "the symmetric initialisation pairs the units")
-        v.increasing(NAME, "widths", self.widths)
-        v.positive_int(NAME, "epochs", self.epochs)
-        v.finite_positive(NAME, "lr", self.lr)
-        v.positive_int(NAME, "batch", self.batch)
-        v.finite_non_negative(NAME, "l2", self.l2)
-        v.finite_positive(NAME, "lam", self.lam, "K + lam I must be positive definite")
-        v.fraction(NAME, "top_fraction", self.top_fraction, high_closed=True)
-        v.fraction(NAME, "eps", self.eps, "an L-infinity radius on pixels in [0, 1]", high_closed=True)
-        v.positive_int(NAME, "pgd_steps", self.pgd_steps)
-        v.finite_positive(NAME, "pgd_step_size", self.pgd_step_size)
+        cc.check_choices(NAME, self, tasks=TASKS, models=MODELS, attacks=("fgsm", "pgd"))
+        cc.check_seeds(NAME, self.seeds)
+        cc.check_balanced_sizes(NAME, self, self.tasks)
+        cc.check_widths(NAME, self.widths)
+        cc.check_fields(NAME, self, "epochs", "lr", "batch", "l2", "lam", "top_fraction")
+        cc.check_radius(NAME, "eps", self.eps)
+        cc.check_fields(NAME, self, "pgd_steps", "pgd_step_size")
 
 
 def estimate_seconds(config: Config) -> float:

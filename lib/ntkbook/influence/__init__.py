@@ -13,4 +13,5 @@ The protocol every influence experiment follows:
 - :mod:`ntkbook.influence.training`       the training recipes (standard, PGD adversarial)
 - :mod:`ntkbook.influence.interventions`  influence of a trained network, attacks, flip rates
 - :mod:`ntkbook.influence.readout`        reading the stored results (per-seed scalars, flip ratios)
+- :mod:`ntkbook.influence.config_checks`  the Config rules the influence experiments share
 """
