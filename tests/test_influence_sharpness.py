@@ -125,6 +125,31 @@ def test_train_tracked_follows_train_model_and_finds_the_crossing(data_dir):
         tracked.train_tracked(z, y, C, recipe, seed=3, keep_epochs=(13,))
 
 
+@pytest.mark.parametrize("model,attn_steps,l2", [("relu", None, 0.0), ("relu", 7, 1e-3), ("attn", None, 1e-3),
+                                                 ("attn", 7, 0.0)])
+def test_train_tracked_trains_as_train_model_for_both_models_and_recipes(model, attn_steps, l2):
+    """Both share training._standard_run: the same weights bit for bit, whichever recipe applies
+    (MLP-Attn full batch for attn_steps steps, else mini-batches; 2L-ReLU ignores attn_steps)."""
+    from ntkbook.influence import training, tracked
+
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((20, 8)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[np.arange(20) % 3]
+    recipe = training.TrainRecipe(width=4, epochs=5, batch=6, lr=1e-2, l2=l2, attn_steps=attn_steps)
+    params, hist = training.train_model(z, y, 3, recipe, seed=2, model=model)
+    last = attn_steps if model == "attn" and attn_steps is not None else recipe.epochs
+    run = tracked.train_tracked(z, y, 3, recipe, seed=2, model=model, keep_epochs=(last,))
+    assert run.losses.shape == (last + 1,) and hist["epoch"][-1] == last
+    for W in (run.params["W"], run.kept[last]):
+        np.testing.assert_array_equal(np.asarray(W), np.asarray(params["W"]))
+    np.testing.assert_array_equal(np.asarray(run.params["a"]), np.asarray(params["a"]))
+    from ntkbook.errors import InputError
+
+    for train in (training.train_model, tracked.train_tracked):
+        with pytest.raises(InputError, match="unknown model 'cnn'"):
+            train(z, y, 3, recipe, 2, model="cnn")
+
+
 # -- the experiment at smoke scale -----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory, data_dir):

@@ -1,17 +1,15 @@
 """The training run of :func:`ntkbook.influence.training.train_model`, watched at every epoch's end.
 
-:func:`train_tracked` builds the same network, loss, optimiser and data as ``train_model`` and calls
-:func:`ntkbook.train.fit` with the same arguments, so it follows the same trajectory bit for bit
-(``fit``'s logging and callbacks only read the weights; a test checks the final weights against
-``train_model``'s). What it adds, through ``fit``'s callback at the end of every epoch (every
-``ceil(n / batch)`` Adam steps; epoch 0 is the initialisation):
+:func:`train_tracked` runs ``train_model``'s own set-up (``training._standard_run``: the network,
+loss, optimiser, data, epochs and batch, and the call of :func:`ntkbook.train.fit`), so it follows
+the same trajectory bit for bit (``fit``'s logging and callbacks only read the weights; a test
+checks the final weights against ``train_model``'s). What it adds, through ``fit``'s callback at
+the end of every epoch (every ``ceil(n / batch)`` Adam steps; epoch 0 is the initialisation):
 
 - the full-batch training loss (:func:`ntkbook.influence.losses.data_loss`, float32 as trained);
 - the weights at the epochs asked for (``keep_epochs``);
 - the weights at the first epoch whose loss is at or below ``target_loss``, and at the epoch
   before it (the bracket of the crossing), when one is given.
-
-``train_model`` itself is left as it is: its stored results are keyed by its code.
 """
 
 from __future__ import annotations
@@ -19,15 +17,10 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ntkbook.errors import InputError
-from ntkbook.influence.losses import data_loss
-from ntkbook.influence.tasks import MODELS
-from ntkbook.influence.training import TrainRecipe
-from ntkbook.models import two_layer
+from ntkbook.influence.training import TrainRecipe, _standard_run
 
 __all__ = ["TrackedRun", "train_tracked"]
 
@@ -58,27 +51,13 @@ def train_tracked(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str =
     ``keep_epochs``: epochs (0 to the last) whose weights are returned; ``target_loss``: the loss
     whose first crossing is kept. For MLP-Attn with ``recipe.attn_steps`` an "epoch" is one
     full-batch step."""
-    from ntkbook.train import fit
-
-    if model not in MODELS:
-        raise InputError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
-    params = two_layer.init_heads(jax.random.PRNGKey(seed), ztr.shape[1], recipe.width, C)
-    a = params["a"]
-
-    def loss_fn(p, batch):
-        zb, yb = batch
-        return data_loss(two_layer.apply_batch({"W": p["W"], "a": a}, zb), yb, C)
-
-    if model == "attn" and recipe.attn_steps is not None:
-        epochs, batch = recipe.attn_steps, None
-    else:
-        epochs, batch = recipe.epochs, min(recipe.batch, ztr.shape[0])
+    run = _standard_run(ztr, ytr, C, recipe, seed, model)
+    epochs = run.epochs
     keep = {int(e) for e in keep_epochs}
     outside = sorted(e for e in keep if not 0 <= e <= epochs)
     if outside:
         raise InputError(f"keep_epochs {outside} are outside 0..{epochs}, the epochs of this run")
-    data = (jnp.asarray(ztr, jnp.float32), jnp.asarray(ytr, jnp.float32))
-    full_loss = jax.jit(lambda W: loss_fn({"W": W}, data))
+    full_loss = jax.jit(lambda W: run.loss_fn({"W": W}, run.data))
     losses: list[float] = []
     kept: dict[int, np.ndarray] = {}
     state = {"crossing": None, "at": None, "before": None, "last": None}
@@ -94,10 +73,8 @@ def train_tracked(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str =
             state["before"] = None if state["last"] is None else np.asarray(state["last"])
         state["last"] = W
 
-    opt = optax.chain(optax.add_decayed_weights(recipe.l2), optax.adam(recipe.lr))
-    res = fit(loss_fn, {"W": params["W"]}, opt, data, epochs=epochs, batch_size=batch, seed=seed,
-              log_every=1, callback=watch)
-    return TrackedRun(params={"W": res.params["W"], "a": a},
+    res = run.fit(log_every=1, callback=watch)
+    return TrackedRun(params=run.params(res),
                       epochs=np.arange(epochs + 1), losses=np.asarray(losses, np.float64), kept=kept,
                       crossing=state["crossing"], at_crossing=state["at"],
                       before_crossing=state["before"])

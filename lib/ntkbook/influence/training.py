@@ -16,6 +16,7 @@ builds it from its own ``Config``.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -44,15 +45,35 @@ class TrainRecipe:
     attn_steps: int | None = None
 
 
-def train_model(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str = "relu"):
-    """Train ``W`` (``ztr``: (n, d) inputs of the two-layer network, ``ytr``: (n, C) targets).
+@dataclasses.dataclass(frozen=True)
+class _StandardRun:
+    """The standard training run of :func:`train_model`, set up and not yet run: what it and
+    :func:`ntkbook.influence.tracked.train_tracked` share, so that both train the same network."""
 
-    2L-ReLU, and MLP-Attn when ``recipe.attn_steps`` is None: Adam, ``recipe.epochs`` epochs of
-    mini-batches of ``recipe.batch`` (last batch kept). MLP-Attn otherwise: full-batch Adam for
-    ``recipe.attn_steps`` steps. Initialisation and batch order from ``seed``. Returns
-    ``(params, history)``."""
-    from ntkbook.train import fit
+    W: jax.Array  # the initial trainable weights
+    a: jax.Array  # the fixed heads
+    loss_fn: Callable  # (params {"W"}, batch (z, y)) -> the task's loss at heads a
+    optimizer: optax.GradientTransformation  # L2 penalty added to the gradient, then Adam
+    data: tuple  # (z, y), float32
+    epochs: int  # epochs of mini-batches, or full-batch steps for MLP-Attn with attn_steps
+    batch: int | None  # mini-batch size (None: full batch)
+    seed: int  # batch order
 
+    def fit(self, **kwargs):
+        """:func:`ntkbook.train.fit` of this run (``kwargs``: its logging and callback)."""
+        from ntkbook.train import fit
+
+        return fit(self.loss_fn, {"W": self.W}, self.optimizer, self.data, epochs=self.epochs,
+                   batch_size=self.batch, seed=self.seed, **kwargs)
+
+    def params(self, result) -> dict:
+        """``{"W", "a"}`` of a finished :meth:`fit`."""
+        return {"W": result.params["W"], "a": self.a}
+
+
+def _standard_run(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str) -> _StandardRun:
+    """Set up :func:`train_model`'s run: initialisation from ``seed`` (symmetric, heads fixed), the
+    loss, Adam with the L2 penalty, and the epochs and batch of ``model`` (module docstring)."""
     if model not in MODELS:
         raise InputError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
     params = two_layer.init_heads(jax.random.PRNGKey(seed), ztr.shape[1], recipe.width, C)
@@ -67,10 +88,21 @@ def train_model(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str = "
     else:
         epochs, batch = recipe.epochs, min(recipe.batch, ztr.shape[0])
     opt = optax.chain(optax.add_decayed_weights(recipe.l2), optax.adam(recipe.lr))
-    res = fit(loss_fn, {"W": params["W"]}, opt,
-              (jnp.asarray(ztr, jnp.float32), jnp.asarray(ytr, jnp.float32)),
-              epochs=epochs, batch_size=batch, seed=seed, log_every=max(1, epochs // 20))
-    return {"W": res.params["W"], "a": a}, res.history
+    data = (jnp.asarray(ztr, jnp.float32), jnp.asarray(ytr, jnp.float32))
+    return _StandardRun(W=params["W"], a=a, loss_fn=loss_fn, optimizer=opt, data=data, epochs=epochs,
+                        batch=batch, seed=seed)
+
+
+def train_model(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str = "relu"):
+    """Train ``W`` (``ztr``: (n, d) inputs of the two-layer network, ``ytr``: (n, C) targets).
+
+    2L-ReLU, and MLP-Attn when ``recipe.attn_steps`` is None: Adam, ``recipe.epochs`` epochs of
+    mini-batches of ``recipe.batch`` (last batch kept). MLP-Attn otherwise: full-batch Adam for
+    ``recipe.attn_steps`` steps. Initialisation and batch order from ``seed``. Returns
+    ``(params, history)``."""
+    run = _standard_run(ztr, ytr, C, recipe, seed, model)
+    res = run.fit(log_every=max(1, run.epochs // 20))
+    return run.params(res), res.history
 
 
 def adversarial_train(xtr, ytr, C: int, attend: bool, recipe: TrainRecipe, seed: int, *,
