@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "_build" / "smoke"
 CHAPTERS = bookbuild.toc_chapters(REPO)
 
-pytestmark = pytest.mark.book
+#: one group: the smoke build is a session fixture, built once on one xdist worker (tests/conftest.py)
+pytestmark = [pytest.mark.book, pytest.mark.xdist_group("smoke_book")]
 
 
 def _git_status() -> str:
