@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(REPO / "results"), help="results folder")
     ap.add_argument("--only", help="comma-separated experiments (default: every touched one)")
     ap.add_argument("--dry-run", action="store_true", help="prove and report, record nothing")
+    ap.add_argument("--data", default=os.environ.get("NTKBOOK_DATA") or str(REPO.parent / "shared" / "data"),
+                    help="the data sets the smoke runs read (default $NTKBOOK_DATA, else ../shared/data)")
     args = ap.parse_args(argv)
     if _git("status", "--porcelain", "--", "lib"):
         print("error: lib/ has uncommitted changes: commit the refactor first (the re-keying names "
@@ -318,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             reports = rekey_refactor(Store(Path(args.results)), lib_base, REPO / "lib", base_commit=base,
                                      head_commit=head, work=Path(work), dry_run=args.dry_run,
                                      only=args.only.split(",") if args.only else None,
-                                     env={"NTKBOOK_RESULTS": str(Path(args.results).resolve())})
+                                     env={"NTKBOOK_RESULTS": str(Path(args.results).resolve()),
+                                          "NTKBOOK_DATA": str(Path(args.data).resolve())})
     finally:
         lib_at.close()
     keyed = sum(bool(r.records) for r in reports)
