@@ -173,3 +173,17 @@ def test_compare_outputs_sees_dtype_shape_and_one_bit(tmp_path, change, said):
     (tmp_path / "head.json").write_text(json.dumps({"scalars": {"s": 1.0000000000000002}, "configs": {}}))
     (diff,) = tool.compare_outputs(tmp_path / "base", tmp_path / "head")
     assert diff.startswith("scalars s:")
+
+
+def test_wall_times_and_the_commit_that_ran_are_not_results(tmp_path):
+    for stem, t, commit in (("base", 1.5, None), ("head", 2.5, HEAD)):
+        np.savez(tmp_path / f"{stem}.npz", x=np.zeros(2))
+        (tmp_path / f"{stem}.json").write_text(json.dumps(
+            {"scalars": {"points": [{"t_lanczos": t, "ap": 0.5}], "data_commit": commit}, "configs": {}}))
+    assert len(tool.compare_outputs(tmp_path / "base", tmp_path / "head")) == 2
+    assert tool.compare_outputs(tmp_path / "base", tmp_path / "head", ignore={"points*.t_*": "a wall time"},
+                                commits=({None, BASE}, {None, HEAD})) == []
+    # a commit that is not the one that ran is a difference
+    (diff,) = tool.compare_outputs(tmp_path / "base", tmp_path / "head", ignore={"points*.t_*": "a wall time"},
+                                   commits=({None}, {BASE}))
+    assert diff.startswith("scalars data_commit")

@@ -14,7 +14,9 @@ the first kind back into "today's code", with evidence, and refuses the second:
    agreeing re-verification, or a re-keying of either, with BASE's hash) is run at its smoke preset
    twice, once with BASE's library and once with HEAD's, each in a fresh interpreter, against the
    same stored results and data; every output array must be identical byte for byte (dtype and
-   shape too), every scalar identical in its exact JSON text; and the paper preset and every stored
+   shape too), every scalar identical in its exact JSON text (wall times the experiment declares in
+   ``REPRODUCE_TOLERANCE["ignore"]``, and a value that is the commit of the code that ran, aside);
+   and the paper preset and every stored
    entry's configuration must be accepted by both and read back the same;
 4. when all of that holds, each vouching record of each such entry gets a re-keying record
    (``rekeyed``: HEAD's hash, the commit, BASE and how it was proved; see
@@ -94,7 +96,7 @@ class Proof:
         return (f"refactor proof (tools/prove_refactor.py): the smoke preset run with lib/ at "
                 f"{base[:10]} and at {head[:10]}, each in a fresh interpreter, gave identical "
                 f"outputs ({self.arrays} arrays byte for byte, {self.scalars} scalars by their "
-                f"exact JSON text); the paper preset and the stored configurations are accepted "
+                f"exact JSON text, wall times and the commit that ran aside); the paper preset and the stored configurations are accepted "
                 f"by both and read back the same")
 
 
@@ -106,11 +108,21 @@ def _count_scalars(obj: Any) -> int:
     return 1
 
 
-def compare_outputs(base: Path, head: Path) -> list[str]:
+def compare_outputs(base: Path, head: Path, *, ignore: Mapping[str, str] | None = None,
+                    commits: tuple[set, set] = (set(), set())) -> list[str]:
     """What differs between two runner outputs (``<stem>.npz`` and ``<stem>.json`` each);
     empty when they are identical: same array names, dtypes, shapes and bytes, and the same JSON
-    text of the scalars, object arrays and configurations."""
+    text of the scalars, object arrays and configurations.
+
+    Two kinds of scalar are not results and are passed over: those the experiment declares so
+    (``ignore``: the ``{pattern: reason}`` of its ``REPRODUCE_TOLERANCE``, wall times) and
+    those that are the commit of the code that ran (a value in ``commits[0]`` at BASE and in
+    ``commits[1]`` at HEAD: the provenance of a result computed during the run)."""
+    import fnmatch
+
     import numpy as np
+
+    ignore = dict(ignore or {})
 
     out = []
     with np.load(str(base) + ".npz") as a, np.load(str(head) + ".npz") as b:
@@ -131,6 +143,11 @@ def compare_outputs(base: Path, head: Path) -> list[str]:
     for part in ("scalars", "object_arrays", "configs"):
         fa, fb = _flat(ja.get(part)), _flat(jb.get(part))
         for key in sorted(set(fa) | set(fb)):
+            if part == "scalars" and any(fnmatch.fnmatchcase(key, p) for p in ignore):
+                continue
+            if (part == "scalars" and all(isinstance(v, (str, type(None))) for v in (fa.get(key), fb.get(key)))
+                    and fa.get(key) in commits[0] and fb.get(key) in commits[1]):
+                continue
             if key not in fa or key not in fb:
                 out.append(f"{part} {key}: only at {'HEAD' if key in fb else 'BASE'}")
             elif json.dumps(fa[key]) != json.dumps(fb[key]):
@@ -171,8 +188,10 @@ def run_smoke(name: str, lib: Path, out: Path, configs: Mapping[str, Any], *,
 
 
 def prove(name: str, lib_base: Path, lib_head: Path, configs: Mapping[str, Any], work: Path, *,
-          env: Mapping[str, str] | None = None) -> Proof:
-    """Run ``name``'s smoke preset with both libraries and compare (see the module docstring)."""
+          env: Mapping[str, str] | None = None, commits: tuple[set, set] = (set(), set())) -> Proof:
+    """Run ``name``'s smoke preset with both libraries and compare (see the module docstring and
+    :func:`compare_outputs`; wall times declared by the experiment and the commit of the code
+    that ran are passed over)."""
     import numpy as np
 
     outs = {}
@@ -181,7 +200,9 @@ def prove(name: str, lib_base: Path, lib_head: Path, configs: Mapping[str, Any],
         failure = run_smoke(name, lib, outs[side], configs, env=env)
         if failure:
             return Proof(name, False, [failure])
-    differences = compare_outputs(outs["base"], outs["head"])
+    module = experiments.get(name)
+    ignore = {**freshness.WALL_TIMES, **(getattr(module, "REPRODUCE_TOLERANCE", None) or {}).get("ignore", {})}
+    differences = compare_outputs(outs["base"], outs["head"], ignore=ignore, commits=commits)
     with np.load(str(outs["head"]) + ".npz") as f:
         n_arrays = len(f.files)
     scalars = json.loads(Path(str(outs["head"]) + ".json").read_text())["scalars"]
@@ -258,7 +279,8 @@ def rekey_refactor(store: Store, lib_base: Path, lib_head: Path, *, base_commit:
         if need:
             configs = {row["entry"]: row["config"] for row, *_ in need}
             report(f"{name}: touched ({h_base} -> {h_head}); proving on its smoke preset ...")
-            proof = prove(name, lib_base, lib_head, configs, work, env=env)
+            proof = prove(name, lib_base, lib_head, configs, work, env=env,
+                          commits=({None, base_commit}, {None, head_commit}))
             report(f"{name}: " + ("identical at BASE and HEAD" if proof.identical
                                   else "NOT identical: " + "; ".join(proof.differences[:8])))
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
