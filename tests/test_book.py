@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "_build" / "smoke"
 CHAPTERS = bookbuild.toc_chapters(REPO)
 
-pytestmark = pytest.mark.book
+#: one group: the smoke build is a session fixture, built once on one xdist worker (tests/conftest.py)
+pytestmark = [pytest.mark.book, pytest.mark.xdist_group("smoke_book")]
 
 
 def _git_status() -> str:
@@ -25,16 +26,39 @@ def _git_status() -> str:
                           capture_output=True, text=True).stdout
 
 
+#: what the smoke build fixture returned, for the other xdist workers of the same run
+SHARED = REPO / "_build" / "smoke-fixture.json"
+
+
 @pytest.fixture(scope="session")
 def smoke_build():
-    """Build the whole book at smoke scale once; returns (exit code, output, summary)."""
-    before = _git_status()
-    proc = subprocess.run([sys.executable, "-m", "ntkbook.book.build", "--scale", "smoke", "--out", str(OUT)],
-                          cwd=REPO, capture_output=True, text=True)
-    summary_file = OUT / "chapters.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
-    return {"code": proc.returncode, "log": proc.stdout + proc.stderr, "summary": summary,
-            "status_before": before, "status_after": _git_status()}
+    """Build the whole book at smoke scale once per test run; returns (exit code, output, summary).
+
+    Its tests are one xdist group (one worker), but a session fixture runs once per worker that
+    asks for it, so the build is also guarded by a file lock: the first worker of a run builds
+    and writes what it returns to :data:`SHARED` with the run's id (``PYTEST_XDIST_TESTRUNUID``);
+    any other worker of that run waits for the lock and reads it (two builds into one folder would
+    clobber each other). Without xdist every run builds."""
+    import fcntl
+    import os
+
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    SHARED.parent.mkdir(parents=True, exist_ok=True)
+    with open(SHARED.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if run_id and SHARED.exists():
+            done = json.loads(SHARED.read_text())
+            if done.get("run_id") == run_id:
+                return done["result"]
+        before = _git_status()
+        proc = subprocess.run([sys.executable, "-m", "ntkbook.book.build", "--scale", "smoke", "--out", str(OUT)],
+                              cwd=REPO, capture_output=True, text=True)
+        summary_file = OUT / "chapters.json"
+        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        result = {"code": proc.returncode, "log": proc.stdout + proc.stderr, "summary": summary,
+                  "status_before": before, "status_after": _git_status()}
+        SHARED.write_text(json.dumps({"run_id": run_id, "result": result}))
+        return result
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

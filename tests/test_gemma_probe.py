@@ -124,3 +124,34 @@ def test_the_sweep_is_one_entry_per_layer():
     assert configs[5] == experiments.make_config("gemma_probe", "paper", **gemma_probe.sweep_overrides(5, 32))
     tiny = tool.layer_configs([17], 2, (), {"k": 2, "lanczos_steps": 4})[0]
     assert (tiny.k, tiny.lanczos_steps, tiny.whole_layer_at) == (2, 4, ())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_average_precision_is_one_call_per_row_bit_for_bit(dtype, seed):
+    """``probe.average_precisions`` (one multilabel call) equals scikit-learn called once per row,
+    to the bit, ties and flipped signs included; and the direction it picks is the one the loop
+    over rows and signs picks (first best wins)."""
+    from sklearn.metrics import average_precision_score
+
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(40, 400)), int(rng.integers(2, 30))
+    y = rng.random(n) < rng.uniform(0.05, 0.5)
+    y[:2] = True, False
+    scores = rng.normal(size=(k, n)).astype(dtype)
+    scores[: k // 2] = np.round(scores[: k // 2], 1)  # ties inside rows
+    scores[-1] = scores[0]  # a tie between rows
+    batched = probe.average_precisions(y, np.concatenate([scores, -scores]))
+    one_by_one = np.array([average_precision_score(y, s) for s in np.concatenate([scores, -scores])])
+    assert batched.dtype == one_by_one.dtype and batched.tobytes() == one_by_one.tobytes()
+    best = (-1.0, 0, 1)
+    for i, s in enumerate(scores):
+        for sign in (1, -1):
+            ap = average_precision_score(y, sign * s)
+            if ap > best[0]:
+                best = (ap, i, sign)
+    assert probe.best_direction(scores, y) == best
+    (single,) = probe.average_precisions(y, scores[:1])
+    assert single == average_precision_score(y, scores[0])
+    with pytest.raises(probe.InputError, match=r"scores must be \(m, "):
+        probe.average_precisions(y, scores[:, :-1])

@@ -20,7 +20,8 @@ from ntkbook.book import build as bookbuild, htmlcheck
 REPO = Path(__file__).resolve().parents[1]
 CHAPTERS = bookbuild.toc_chapters(REPO)
 
-pytestmark = pytest.mark.book
+#: its own group, started first on a worker of its own (tests/conftest.py)
+pytestmark = [pytest.mark.book, pytest.mark.xdist_group("paper_book")]
 
 
 def _git_status() -> str:

@@ -1,6 +1,6 @@
 """The reproduction scorecard and the provenance line: every catalogued claim gets exactly one row,
-verdicts come from the experiments' ``scorecard`` functions, bad rows give clear errors, and links
-point only to labels that exist."""
+verdicts come from the ``scorecard`` functions of :mod:`ntkbook.claims`, bad rows give clear errors,
+and links point only to labels that exist."""
 
 from __future__ import annotations
 
@@ -212,16 +212,43 @@ def test_fmt_never_prints_negative_zero():
 
 
 def test_a_stored_stand_in_config_is_used_and_named(monkeypatch):
-    """Where the paper preset is not stored, SCORECARD_FALLBACKS stand in, and the row's source
-    names the changed fields (a reduced scale is never presented as the paper's). Simulated on
-    entk_convergence: its paper preset is moved to a config that is not stored, and the stored
-    paper-preset run is named as the stand-in."""
+    """Where the paper preset is not stored, a claims module's FALLBACKS stand in, and the row's
+    source names the changed fields (a reduced scale is never presented as the paper's). Simulated
+    on entk_convergence (judged by ntkbook.claims.entk_convergence): its paper preset is moved to a
+    config that is not stored, and the stored paper-preset run is named as the stand-in."""
     import dataclasses
 
     from ntkbook.book import scorecard
+    from ntkbook.claims import entk_convergence as claims_conv
     from ntkbook.experiments import entk_convergence
 
     stored = entk_convergence.Config.paper()
+    monkeypatch.setattr(entk_convergence.Config, "paper",
+                        classmethod(lambda cls: dataclasses.replace(stored, num_seeds=stored.num_seeds + 1)))
+    monkeypatch.setattr(claims_conv, "FALLBACKS", {"entk_convergence": (dict(num_seeds=stored.num_seeds),)},
+                        raising=False)
+    rows = {r.claim.id: r for r in scorecard.collect(["entk_convergence"])}
+    row = rows["F.entk_convergence"]
+    assert row.verdict != scorecard.NOT_MEASURED and f"changed: num_seeds={stored.num_seeds}" in row.source
+    monkeypatch.setattr(claims_conv, "FALLBACKS", {})
+    rows = {r.claim.id: r for r in scorecard.collect(["entk_convergence"])}
+    assert rows["F.entk_convergence"].verdict == scorecard.NOT_MEASURED
+
+
+def test_an_experiments_own_scorecard_reads_its_stand_in_configs(monkeypatch):
+    """The same for an experiment that still carries its own ``scorecard(result)`` (read where no
+    claims module supersedes it) and names its stand-ins in SCORECARD_FALLBACKS. Simulated: the
+    rule of ntkbook.claims.entk_convergence put back into the experiment module, and no claims
+    module."""
+    import dataclasses
+
+    from ntkbook.book import scorecard
+    from ntkbook.claims import entk_convergence as claims_conv
+    from ntkbook.experiments import entk_convergence
+
+    stored = entk_convergence.Config.paper()
+    monkeypatch.setattr(scorecard, "claim_modules", lambda: [])
+    monkeypatch.setattr(entk_convergence, "scorecard", claims_conv.entk_convergence_scorecard, raising=False)
     monkeypatch.setattr(entk_convergence.Config, "paper",
                         classmethod(lambda cls: dataclasses.replace(stored, num_seeds=stored.num_seeds + 1)))
     monkeypatch.setattr(entk_convergence, "SCORECARD_FALLBACKS", (dict(num_seeds=stored.num_seeds),),

@@ -392,15 +392,9 @@ def pos_wins_pinned(result: Result, layer: int | None = None) -> dict:
 def _top_purity(scores: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray, n: int) -> tuple[int, float]:
     """The direction and sign with the best training AP (as the probe chooses them), and the share of
     positives among the ``n`` test contexts with the highest score on it."""
-    from sklearn.metrics import average_precision_score  # noqa: PLC0415
+    from ntkbook.gemma import probe  # noqa: PLC0415
 
-    best = (-1.0, 0, 1)
-    for i, s in enumerate(scores):
-        for sign in (1, -1):
-            ap = average_precision_score(y[train], sign * s[train])
-            if ap > best[0]:
-                best = (ap, i, sign)
-    _, i, sign = best
+    _, i, sign = probe.best_direction(np.asarray(scores)[:, train], np.asarray(y)[train])
     top = test[np.argsort(-(sign * scores[i, test]), kind="stable")[:n]]
     return i, float(np.mean(y[top]))
 

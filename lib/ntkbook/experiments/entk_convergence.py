@@ -34,7 +34,6 @@ from ntkbook import validate as v
 from ntkbook.progress import Progress
 from ntkbook.stats import loglog_slope
 from ntkbook.store import PointStore, Result
-from ntkbook.verdicts import by_threshold
 
 NAME = "entk_convergence"
 VERSION = "1"
@@ -201,17 +200,3 @@ def run(config: Config, points: PointStore | None = None) -> Result:
         },
     )
 
-
-def scorecard(result: Result) -> list[dict]:
-    """The ``F.entk_convergence`` row of the reproduction scorecard (:mod:`ntkbook.book.scorecard`): the
-    log-log slope of the relative error of the first-layer eNTK against width. Verdict: reproduces
-    when within 0.05 of -1/2, partly within 0.15, does not otherwise."""
-    from ntkbook.numbers import fmt
-
-    slope = float(result["slope_W"])
-    v = by_threshold(abs(slope + 0.5), 0.05, 0.15, higher_is_better=False)
-    return [{"claim": "F.entk_convergence",
-             "ours": f"slope {fmt(slope, '.3f')} (widths {result['smallest_width']}–{result['largest_width']}); "
-                     f"error {fmt(result['err_W_largest'], '.3f')} at the widest, "
-                     f"{fmt(result['ratio_to_prediction_W'], '.2f')}× the closed-form prediction",
-             "verdict": v, "note": "reproduces when the slope is within 0.05 of −1/2"}]

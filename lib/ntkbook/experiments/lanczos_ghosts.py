@@ -36,7 +36,6 @@ import numpy as np
 from ntkbook import validate as v
 from ntkbook.progress import progress
 from ntkbook.store import PointStore, Result
-from ntkbook.verdicts import ladder, weakest
 
 NAME = "lanczos_ghosts"
 VERSION = "1"
@@ -349,24 +348,3 @@ def run(config: Config, points: PointStore | None = None) -> Result:
             scalars.update(s)
     return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays, scalars=scalars)
 
-
-def scorecard(result: Result) -> list[dict]:
-    """The ``B.lanczos`` row of the reproduction scorecard (:mod:`ntkbook.book.scorecard`): with full
-    reorthogonalisation, does Lanczos give the dense top-k eigenvalues (relative error <= 1e-8)
-    within about 2k products? Verdict: reproduces when both operators (synthetic and eNTK) reach
-    1e-10 within 3k steps, partly when they match dense only with more steps, does not when they
-    do not match dense."""
-    k = int(result.config["k"])
-    parts, verdicts = [], []
-    for op, label in (("synthetic", "synthetic"), ("entk", "eNTK")):
-        keys = KEYS[op]
-        err = float(result[keys["reorth_library_topk_error"]])
-        steps = int(result[keys["reorth_steps_to_1e-10"]])
-        ghosts = int(result[keys["plain_ghosts"]])
-        dim = int(result[keys["dim"]])
-        matches = not (err > 1e-8 or steps < 0)
-        verdicts.append(ladder(matches and steps <= 3 * k, matches))
-        parts.append(f"{label} ({dim}×{dim}): top {k} to 10⁻¹⁰ after {steps} steps ({steps / k:.1f}k), "
-                     f"{ghosts} ghosts without reorthogonalisation")
-    return [{"claim": "B.lanczos", "ours": "; ".join(parts), "verdict": weakest(verdicts),
-             "note": "reproduces when the top k reach 10⁻¹⁰ within 3k steps on both operators"}]

@@ -97,8 +97,42 @@ def precision_at_k(y: np.ndarray, score: np.ndarray, k: int) -> float:
     return float(np.mean(y[order])) if k > 0 else float("nan")
 
 
+def average_precisions(y: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Average precision of each row of ``scores`` (m, n) against the labels ``y`` (n,) bool: (m,).
+
+    One call of scikit-learn's ``average_precision_score`` on the labels repeated as a multilabel
+    indicator (``average=None``), which runs the same per-column computation as one call per row
+    (bit for bit; ``tests/test_gemma_probe.py`` checks it, ties included) without validating the
+    inputs once per row, which is most of the cost of a row."""
+    from sklearn.metrics import average_precision_score  # noqa: PLC0415
+
+    y, scores = np.asarray(y, bool), np.asarray(scores)
+    if scores.ndim != 2 or scores.shape[1] != y.shape[0]:
+        raise InputError(f"scores must be (m, {y.shape[0]}) for {y.shape[0]} labels, got {scores.shape}")
+    if len(scores) == 1:
+        return np.asarray([average_precision_score(y, scores[0])])
+    labels = np.repeat(y.astype(np.int64)[:, None], len(scores), axis=1)
+    return np.asarray(average_precision_score(labels, scores.T, average=None))
+
+
+def best_direction(scores: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
+    """``(ap, i, sign)``: the row ``i`` of ``scores`` (k, n) and the sign (1 or -1) whose
+    ``sign * scores[i]`` has the highest average precision against ``y`` (n,) bool; the first in
+    the order (row 0, +1), (row 0, -1), (row 1, +1), ... wins a tie."""
+    scores = np.asarray(scores)
+    both = np.empty((2 * len(scores), scores.shape[1]), dtype=scores.dtype)
+    both[0::2], both[1::2] = scores, -scores
+    aps = average_precisions(y, both)
+    best = (-1.0, 0, 1)
+    for j, ap in enumerate(aps):
+        if ap > best[0]:
+            best = (ap, j // 2, 1 if j % 2 == 0 else -1)
+    return best
+
+
 def evaluate_task(scores: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> dict:
-    """Best direction and sign by training AP; test AP, AUROC and precision at #positives.
+    """Best direction and sign by training AP (:func:`best_direction`); test AP, AUROC and
+    precision at #positives.
 
     ``scores``: (k, N); ``y``: (N,) bool.  Needs positives and negatives in both halves.
     """
@@ -110,13 +144,7 @@ def evaluate_task(scores: np.ndarray, y: np.ndarray, train: np.ndarray, test: np
         if part.all() or not part.any():
             raise InputError(f"the {name} half has only one class ({int(part.sum())} positives of "
                              f"{len(part)}): the task is too small to evaluate")
-    best = (-1.0, 0, 1)
-    for i, s in enumerate(np.asarray(scores)):
-        for sign in (1, -1):
-            ap = average_precision_score(ytr, sign * s[train])
-            if ap > best[0]:
-                best = (ap, i, sign)
-    ap_tr, i, sign = best
+    ap_tr, i, sign = best_direction(np.asarray(scores)[:, train], ytr)
     s = sign * np.asarray(scores)[i, test]
     return {"mode": int(i), "sign": int(sign), "train_ap": float(ap_tr),
             "ap": float(average_precision_score(yte, s)), "auroc": float(roc_auc_score(yte, s)),
