@@ -280,9 +280,9 @@ MUTATIONS = [
     # -- guards of issue 17: config validation, spectra, eNTK inputs, Lanczos, precision -------
     M("V1", "experiments/demo_sweep.py", "repeats range check dropped (repeats=0 stores a NaN slope)",
       ("        v.positive_int(NAME, \"repeats\", self.repeats, \"an RMS error needs one estimate\")\n", ""), VALID),
-    M("V2", "experiments/influence_malleability.py", "even-width check dropped (the symmetric init fails late)",
-      ("        v.even_positive_int(NAME, \"width\", self.width, \"the symmetric initialisation pairs the units\")\n",
-       ""), VALID),
+    M("V2", "influence/config_checks.py", "even-width check dropped (the symmetric init fails late)",
+      ("    \"width\": functools.partial(v.even_positive_int, why=PAIRS_UNITS),\n",
+       "    \"width\": v.positive_int,\n"), VALID),
     M("V3", "validate.py", "bool accepted as an integer",
       ("return isinstance(value, int) and not isinstance(value, bool)", "return isinstance(value, int)"), VALID),
     M("V4", "validate.py", "NaN accepted as a finite number",
