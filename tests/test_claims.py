@@ -174,16 +174,25 @@ def test_width_threshold_is_kappa6_n_log_n_and_judged_per_data_set():
 
 
 def test_a_superseded_experiment_scorecard_is_not_called(monkeypatch):
-    """A claims module that names an experiment in SUPERSEDES replaces its own scorecard()."""
+    """A claims module that names an experiment in SUPERSEDES replaces its own scorecard()
+    (simulated: gram_conditioning given a scorecard() again, one that fails when called)."""
     import types
 
+    from ntkbook.experiments import gram_conditioning
+
+    def old_scorecard(result):
+        raise AssertionError("a superseded scorecard() was called")
+
+    monkeypatch.setattr(gram_conditioning, "scorecard", old_scorecard, raising=False)
     fake = types.ModuleType("ntkbook.claims.fake")
     fake.EXPERIMENTS = ("influence_map",)
-    fake.SUPERSEDES = ("gram_conditioning",)
     fake.scorecard = lambda results: []
     monkeypatch.setattr(scorecard, "claim_modules", lambda: [fake])
+    gram = Result(name="gram_conditioning", config={}, scalars={})
+    with pytest.raises(AssertionError, match="superseded scorecard"):  # not superseded: it is called
+        scorecard.chapter_rows("attention_width", [gram])
+    fake.SUPERSEDES = ("gram_conditioning",)
     assert scorecard.superseded() == {"gram_conditioning"}
-    gram = Result(name="gram_conditioning", config={}, scalars={})  # its scorecard would fail on it
     assert scorecard.chapter_rows("attention_width", [gram]) == []
 
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ntkbook.claims.ntk_distance import ntk_distance_scorecard
 from ntkbook.experiments import ntk_distance
 from ntkbook.lazy import distance
 from ntkbook.models import attention, two_layer
@@ -170,17 +171,17 @@ def _fake_result(relu_d, attn_d, mse=0.1):
 
 def test_scorecard_verdicts_follow_the_numbers(monkeypatch):
     monkeypatch.setitem(distance.TASK_LABELS, "t", "toy task")
-    rows = {r["claim"]: r for r in ntk_distance.scorecard(_fake_result([1.0, 0.5, 0.1], [0.1, 0.5, 1.0]))}
+    rows = {r["claim"]: r for r in ntk_distance_scorecard(_fake_result([1.0, 0.5, 0.1], [0.1, 0.5, 1.0]))}
     assert rows["A.distance.relu"]["verdict"] == "reproduces"
     assert rows["A.distance.attn"]["verdict"] == "reproduces"
-    rows = {r["claim"]: r for r in ntk_distance.scorecard(_fake_result([0.1, 0.5, 1.0], [1.0, 0.5, 0.1]))}
+    rows = {r["claim"]: r for r in ntk_distance_scorecard(_fake_result([0.1, 0.5, 1.0], [1.0, 0.5, 0.1]))}
     assert rows["A.distance.relu"]["verdict"] == "does not"
     assert rows["A.distance.attn"]["verdict"] == "does not"
     # the direction seen only in networks that did not train is at most "partly"
-    rows = {r["claim"]: r for r in ntk_distance.scorecard(_fake_result([1.0, 0.5, 0.1], [0.1, 0.5, 1.0], mse=0.9))}
+    rows = {r["claim"]: r for r in ntk_distance_scorecard(_fake_result([1.0, 0.5, 0.1], [0.1, 0.5, 1.0], mse=0.9))}
     assert rows["A.distance.attn"]["verdict"] == "partly"
     assert "not trained" in rows["A.distance.attn"]["ours"]
-    rows = {r["claim"]: r for r in ntk_distance.scorecard(_fake_result([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], mse=0.9))}
+    rows = {r["claim"]: r for r in ntk_distance_scorecard(_fake_result([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], mse=0.9))}
     assert rows["A.distance.attn"]["verdict"] == "does not"
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from ntkbook.claims.ntk_distance import ntk_distance_fullbatch_scorecard
 from ntkbook.errors import ConfigError
 from ntkbook.experiments import ntk_distance_fullbatch
 from ntkbook.verdicts import VERDICTS
@@ -40,7 +41,7 @@ def test_smoke_run_rows_and_trend(data_dir):
 
 def test_scorecard_rows_follow_the_rule(data_dir):
     res = ntk_distance_fullbatch.run(ntk_distance_fullbatch.Config.smoke())
-    rows = ntk_distance_fullbatch.scorecard(res)
+    rows = ntk_distance_fullbatch_scorecard(res)
     assert [r["claim"] for r in rows] == ["A.distance.relu", "A.distance.attn"]
     for r, want in zip(rows, ("decreasing", "increasing")):
         assert r["verdict"] in VERDICTS

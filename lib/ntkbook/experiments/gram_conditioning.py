@@ -23,10 +23,8 @@ from ntkbook.lazy.distance import cone_statistics
 from ntkbook.models import attention
 from ntkbook.ntk import gram
 from ntkbook import validate as v
-from ntkbook.numbers import sci
 from ntkbook.progress import progress
 from ntkbook.store import PointStore, Result
-from ntkbook.verdicts import ladder
 
 NAME = "gram_conditioning"
 VERSION = "2"  # 2: the attention outputs' cone (plain, centred, raw images)
@@ -211,61 +209,3 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     arrays["rel_ridges"] = np.asarray(config.rel_ridges)
     return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays, scalars=scalars)
 
-
-# --------------------------------------------------------------------------------------------------
-# reproduction scorecard
-# --------------------------------------------------------------------------------------------------
-#: the relative error below which an identity counts as verified
-IDENTITY_TOL = 1e-6
-#: the paper's "kappa(G) ~ 10^3 for natural images" and "m ~ 10^18"
-PAPER_KAPPA = 1e3
-PAPER_WIDTH = 1e18
-
-
-def scorecard(result: Result) -> list[dict]:
-    """Rows for ``A.gram_cube``, ``A.kappa`` and ``A.width_bound``, verdicts by stated rules:
-
-    * ``A.gram_cube``: the relative error of ``kappa_d(G~)`` (from the SVD of ``X X^T X``) against
-      ``kappa_d(G)^3`` over every measured leading block, and of the full ``kappa`` where the cube's
-      tail is resolved: reproduces when all are below ``IDENTITY_TOL``.
-    * ``A.kappa``: reproduces when the full nonzero-spectrum ``kappa(G)`` of CIFAR-10 (natural
-      images) is within a factor 10 of 10^3; partly when 10^3 lies between the smallest and largest
-      leading-block ``kappa_d(G)`` measured there (the number depends on how many eigenvalues one
-      keeps); does not otherwise.
-    * ``A.width_bound``: the same rule for ``kappa^6`` against 10^18 (a factor 10^3 either way for
-      "reproduces", since the sixth power multiplies the spread).
-    """
-    per = result["per_dataset"]
-    errs, full = [], []
-    for name in result["datasets"]:
-        s = per[name]
-        for r in s["kappa_d"]:
-            if r["d"] <= (s["d_star"] or 0):
-                errs.append(abs(r["kappa_d_Gt_measured"] - r["kappa_d_G_cubed"]) / r["kappa_d_G_cubed"])
-        err = s["identity_rel_error"]
-        if isinstance(err, (int, float)) and math.isfinite(err):
-            full.append(err)
-    worst = max(errs + full) if errs or full else math.nan
-    rows = [{
-        "claim": "A.gram_cube",
-        "ours": f"largest relative error of κ(G̃) against κ(G)³: {sci(worst)} ({len(errs)} leading blocks and "
-                f"{len(full)} of {len(result['datasets'])} full spectra resolved)",
-        "verdict": ladder(math.isfinite(worst) and worst < IDENTITY_TOL),
-        "note": f"float64 singular values of X X^T X; verified below a relative error of {sci(IDENTITY_TOL, 0)}.",
-    }]
-    natural = "cifar10" if "cifar10" in per else result["datasets"][0]
-    s = per[natural]
-    kd = [r["kappa_d_G"] for r in s["kappa_d"]]
-    for claim, power, target, tol in (("A.kappa", 1, PAPER_KAPPA, 1.0), ("A.width_bound", 6, PAPER_WIDTH, 3.0)):
-        full_v = s["kappa_G"] ** power
-        lo, hi = min(kd) ** power, max(kd) ** power
-        verdict = ladder(abs(math.log10(full_v) - math.log10(target)) <= tol, lo <= target <= hi)
-        what = "κ(G)" if power == 1 else "κ(G)⁶"
-        rows.append({
-            "claim": claim,
-            "ours": f"{result['labels'][natural]}: {what} = {sci(full_v)} over the nonzero spectrum, "
-                    f"{sci(lo)} to {sci(hi)} over the leading d = {s['kappa_d'][0]['d']}–{s['kappa_d'][-1]['d']}",
-            "verdict": verdict,
-            "note": f"n = {s['n']} images; paper: {sci(target, 0)}; the value depends on how many eigenvalues are kept.",
-        })
-    return rows

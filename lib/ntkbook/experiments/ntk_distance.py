@@ -69,7 +69,6 @@ from ntkbook.lazy import distance
 from ntkbook.models import two_layer
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
-from ntkbook.verdicts import ladder
 
 NAME = "ntk_distance"
 VERSION = "2"
@@ -518,7 +517,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
 
 
 # --------------------------------------------------------------------------------------------------
-# summaries (used by the chapter and the scorecard)
+# summaries (used by the chapter and its claims, ntkbook.claims.ntk_distance)
 # --------------------------------------------------------------------------------------------------
 def point_values(result: Result, task: str, model: str, key: str, *, line: str = "gd",
                  rule: str = "constant") -> tuple[np.ndarray, np.ndarray]:
@@ -535,47 +534,3 @@ def is_trained(result: Result, task: str, model: str, rule: str = "constant") ->
     _, acc = point_values(result, task, model, "acc_train_net", line="adam", rule=rule)
     return distance.trained(acc, mse)
 
-
-def scorecard(result: Result) -> list[dict]:
-    """Rows for ``A.distance.relu`` and ``A.distance.attn``.
-
-    Rule: on each task of the Adam line, the distance between the network and its own linearisation
-    (the paper's recipe, constant lr) has a log-log slope against width; the paper's direction
-    (2L-ReLU decreasing, MLP-Attn increasing) holds on a task when the slope is beyond
-    ``SLOPE_FLAT`` with the paper's sign (or the distance rises from exactly 0). Reproduces: the
-    direction holds on every task and every network there trained (training MSE at most
-    ``TRAINED_MSE``); does not: the direction holds on no task; partly: anything in between (in
-    particular the direction holding only for networks that did not train).
-    """
-    cfg = result.config
-    tasks = [t for t in cfg["adam_tasks"] if f"{t}/relu" in result["table"] and f"{t}/attn" in result["table"]]
-    if not tasks or "constant" not in cfg["lr_rules"]:
-        return []
-    rows = []
-    for model, claim, want in (("relu", "A.distance.relu", "decreasing"), ("attn", "A.distance.attn", "increasing")):
-        parts, held, full = [], 0, 0
-        for task in tasks:
-            w, d = point_values(result, task, model, "dist_net_lin", line="adam")
-            s, tr = distance.width_trend(w, d)
-            trained = is_trained(result, task, model)
-            held += tr == want
-            full += tr == want and trained
-            mu = d.mean(axis=1)
-            parts.append(f"{distance.TASK_LABELS[task]}: {mu[0]:.2g} → {mu[-1]:.2g} at m = {w[0]}–{w[-1]} ({tr}, slope {s:+.3f}"
-                         + ("" if trained else f"; not trained: training accuracy below {distance.TRAINED_ACC:.0%} "
-                                                   f"or MSE above {distance.TRAINED_MSE:g}") + ")")
-        verdict = ladder(full == len(tasks), held > 0)
-        gd_parts = []
-        for task in tasks:
-            w, d = point_values(result, task, model, "dist_test_T")
-            gd_parts.append(distance.width_trend(w, d)[1])
-        rows.append({
-            "claim": claim,
-            "ours": "; ".join(parts),
-            "verdict": verdict,
-            "note": (f"Network vs its own linearisation, paper's Adam recipe, "
-                     f"{len(cfg['seeds'])} {'seed' if len(cfg['seeds']) == 1 else 'seeds'}, RMS over test points; "
-                     f"paper's direction: {want}; against the exact "
-                     f"GD-trained NTK predictor the distance is {' / '.join(gd_parts)}."),
-        })
-    return rows

@@ -21,7 +21,6 @@ from ntkbook import validate as v
 from ntkbook.lazy import distance
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
-from ntkbook.verdicts import ladder
 
 NAME = "ntk_distance_fullbatch"
 VERSION = "1"
@@ -155,30 +154,3 @@ def trend(result: Result, model: str, key: str = "dist_net_lin") -> tuple[float,
     ws = sorted(w for (mm, w) in t if mm == model)
     return distance.width_trend(ws, [t[(model, w)].mean() for w in ws])
 
-
-def scorecard(result: Result) -> list[dict]:
-    """Rows for ``A.distance.relu`` and ``A.distance.attn`` from the full-batch line, by
-    ``ntk_distance``'s rule: the paper's direction (2L-ReLU decreasing, MLP-Attn increasing) by the
-    log-log slope of the mean distance to the network's own linearisation; reproduces when it holds
-    and every network trained, partly when it holds for networks that did not all train, does not
-    otherwise. (The scorecard joins these rows with ``ntk_distance``'s.)"""
-    rows = []
-    cfg = result.config
-    mse, acc = table(result, "train_mse_net"), table(result, "acc_train_net")
-    d = table(result, "dist_net_lin")
-    task = distance.TASK_LABELS[result["task"]]
-    for model, claim, want in (("relu", "A.distance.relu", "decreasing"), ("attn", "A.distance.attn", "increasing")):
-        if model not in cfg["models"]:
-            continue
-        slope, tr = trend(result, model)
-        ws = sorted(w for (m, w) in d if m == model)
-        ok = all(distance.trained(acc[(model, w)].mean(), mse[(model, w)].mean()) for w in ws)
-        verdict = ladder(tr == want and ok, tr == want)
-        rows.append({"claim": claim,
-                     "ours": (f"{task}, full-batch Adam: {d[(model, ws[0])].mean():.2g} → {d[(model, ws[-1])].mean():.2g} "
-                              f"at m = {ws[0]}–{ws[-1]} ({tr}, slope {slope:+.3f}"
-                              + ("; every network trained)" if ok else "; not every network trained)")),
-                     "verdict": verdict,
-                     "note": (f"network vs its own linearisation, {cfg['steps']:,} full-batch Adam steps, lr {cfg['lr']:g}, "
-                              f"no L2, {len(cfg['seeds'])} seeds; paper's direction: {want}")})
-    return rows
