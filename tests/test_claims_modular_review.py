@@ -2,7 +2,7 @@
 (ntkbook.claims.lanczos): intervals over seeds instead of a mean against a band, grokking judged by
 onset and end, the dynamics by the onset, and eigenspace accuracy for B.lanczos. Synthetic results
 test each rule where the old one would have said otherwise; the stored results test that every row
-of the frozen experiment's scorecard is still given."""
+of the experiment's first rules (modular_mlp_scorecard) is still given."""
 
 from __future__ import annotations
 
@@ -108,17 +108,17 @@ def test_operator_verdict_reads_products_against_3k():
 
 
 def test_stored_results_give_every_old_row_and_the_rows_the_book_shows():
-    """Every claim id of the frozen modular_mlp.scorecard comes from the claims module, and the
-    scorecard page collects these rules (the experiment's own rows are superseded)."""
+    """Every claim id of the experiment's first rules (cm.modular_mlp_scorecard) comes from the
+    claims module's rules, and the scorecard page collects these rules (the experiments carry no
+    scorecard() of their own to show)."""
     from ntkbook.book import scorecard
     from ntkbook.experiments import lanczos_ghosts, load_or_run, modular_mlp
 
     res = load_or_run("modular_mlp", "paper")
-    old = {r["claim"] for r in modular_mlp.scorecard(res)}
+    old = {r["claim"] for r in cm.modular_mlp_scorecard(res)}
     new = cm.scorecard({"modular_mlp": res})
     assert {r["claim"] for r in new} == old
-    # lanczos_ghosts's own rule lives in ntkbook.claims.lanczos (the experiment has none to show)
-    assert "modular_mlp" in scorecard.superseded() and not hasattr(lanczos_ghosts, "scorecard")
+    assert not hasattr(modular_mlp, "scorecard") and not hasattr(lanczos_ghosts, "scorecard")
     collected = {r.claim.id: r for r in scorecard.collect(["modular_mlp"])}
     for r in new:
         if r["claim"] != "B.lanczos":

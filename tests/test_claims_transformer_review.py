@@ -143,7 +143,7 @@ def stored():
 
 
 def test_stored_seed_records_are_the_scorecards(stored):
-    rows = {r["claim"]: r for r in mt.scorecard(stored)}
+    rows = {r["claim"]: r for r in ct.modular_transformer_scorecard(stored)}
     for claim, rec in ct.seed_records(stored).items():
         assert f"holds in {len(rec.held)} of {len(rec.runs)} fresh seeds that grok" in rows[claim]["ours"]
         for run in rec.runs:
@@ -222,7 +222,7 @@ def test_no_latex_command_lost_to_a_string_escape(path):
 
 
 def test_scorecard_keeps_the_experiments_verdicts_and_completes_the_notes(stored):
-    own = {r["claim"]: r for r in mt.scorecard(stored)}
+    own = {r["claim"]: r for r in ct.modular_transformer_scorecard(stored)}
     ours = {r["claim"]: r for r in ct.scorecard({"modular_transformer": stored})}
     assert ours.keys() == own.keys() and ct.scorecard({}) == []
     for claim, row in ours.items():
@@ -230,7 +230,11 @@ def test_scorecard_keeps_the_experiments_verdicts_and_completes_the_notes(stored
         assert row["note"].startswith(own[claim]["note"])
     assert "one run" in ours["B.tf.dynamics"]["note"] and "partly when" in ours["B.tf.dynamics"]["note"]
     assert "does not otherwise" in ours["B.tf.out_sum"]["note"]
-    # the scorecard reads these rows, not the experiment's own
+    # the scorecard reads these rows: the experiment carries no scorecard() of its own
     from ntkbook.book import scorecard
 
-    assert "modular_transformer" in scorecard.superseded()
+    assert not hasattr(mt, "scorecard")
+    collected = {r.claim.id: r for r in scorecard.collect(["modular_transformer"])}
+    for claim, row in ours.items():
+        assert (collected[claim].verdict, collected[claim].ours, collected[claim].note) == (
+            row["verdict"], row["ours"], row["note"]), claim

@@ -26,6 +26,7 @@ import optax
 import pytest
 
 from ntkbook import data
+from ntkbook.claims.modular_transformer import modular_transformer_scorecard
 from ntkbook.data import fetch
 from ntkbook.ntk import entk, features
 from ntkbook.experiments import modular_transformer
@@ -337,7 +338,7 @@ def test_smoke_experiment(smoke):
     lz = res["main_analysis"]["lanczos"]
     assert lz["W_U"]["default"]["max_rel_error"] < 1e-8
     assert lz["W_E"]["long"]["max_rel_error"] <= lz["W_E"]["default"]["max_rel_error"]
-    rows = modular_transformer.scorecard(res)
+    rows = modular_transformer_scorecard(res)
     assert {r["claim"] for r in rows} == {"B.tf.grokking", "B.tf.key_freqs", "B.tf.attn_axis_sum",
                                           "B.tf.out_sum", "B.tf.replay", "B.tf.dynamics"}
     assert all(r["verdict"] in ("reproduces", "partly", "does not") for r in rows)

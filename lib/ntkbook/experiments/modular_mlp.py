@@ -38,7 +38,6 @@ from ntkbook.stats import first_crossing, mean_spread
 from ntkbook.store import PointStore, Result
 from ntkbook import train
 from ntkbook.train import fit, training_record
-from ntkbook.verdicts import by_threshold, ladder
 
 NAME = "modular_mlp"
 VERSION = "1"
@@ -536,29 +535,6 @@ def require_trained(result: Result) -> None:
                                        f"{result.config['activation']}, lr={result.config['lr']})")
 
 
-# --------------------------------------------------------------------------------------------------
-# reproduction scorecard
-# --------------------------------------------------------------------------------------------------
-#: the paper's second-cliff overlaps (Lin, Paper B): 26.5/28 with the sum, 25.2/28 with the difference
-PAPER_SECOND_CLIFF = {"sum": 26.5 / 28, "diff": 25.2 / 28}
-#: the paper's grokking epochs (test accuracy from ~10% to ~95%)
-PAPER_GROKKING = (75, 100)
-
-
-def _pm(values, spec: str = ".0f") -> str:
-    """``mean ± sample std`` over seeds, NaN values left out (just the value for one seed)."""
-    from ntkbook.numbers import fmt
-
-    v = np.asarray(values, dtype=float)
-    if v.size == 1:
-        return fmt(v[0], spec)
-    kept = v[~np.isnan(v)]
-    if kept.size == 0:
-        return fmt(math.nan, spec)
-    mean, spread = mean_spread(kept)
-    return f"{fmt(mean, spec)} ± {fmt(spread, spec)}"
-
-
 def reproduce_sample(config: Config) -> tuple[Config, str]:
     """The sample ``python -m ntkbook reproduce modular_mlp --sample`` recomputes: the first seed,
     its training history and its kernels at three snapshots (the first, one in the middle that the
@@ -593,96 +569,6 @@ def sample_view(result: Result, sample: Config) -> tuple[dict, dict]:
     scalars["grokking"] = result["grokking"][0]
     scalars["alignment_final"] = {k: v["per_seed"][0] for k, v in result["alignment_final"].items()}
     return arrays, scalars
-
-
-def scorecard(result: Result) -> list[dict]:
-    """Rows of the reproduction scorecard (:mod:`ntkbook.book.scorecard`) from a result, verdicts by
-    the thresholds stated in each note:
-
-    - ``B.mlp.grokking``: reproduces when every seed ends at >= 95% test accuracy and the mean
-      epoch at which it first reaches 90% is within 50 epochs of the paper's 75-100; partly when
-      every seed reaches 90% later or earlier than that; does not otherwise.
-    - ``B.mlp.first_cliff``: reproduces when the detected first cliff has exactly 4⌊p/2⌋
-      eigenvalues for every seed and the ranks 1..4⌊p/2⌋ overlap >= 0.9 of the a, b features;
-      partly when only the overlap holds.
-    - ``B.mlp.second_cliff_sum`` / ``_diff``: the overlap of ranks 4⌊p/2⌋+1..8⌊p/2⌋ (after the
-      constant mode) with the sum / difference features; reproduces when the mean is at least the
-      paper's fraction minus 0.05, partly when at least 0.5, does not otherwise.
-    - ``B.mlp.dynamics``: the derivative of the sum-feature overlap of that window peaks within
-      one snapshot interval of the grokking window (10% -> 90% test accuracy) and the overlap at
-      initialisation is below half its final value: reproduces for every seed, partly for at
-      least half of them.
-    """
-    from ntkbook.numbers import sci
-
-    cfg = result.config
-    p, S, every = int(cfg["p"]), len(cfg["seeds"]), int(cfg["snapshot_every"])
-    d1 = 4 * (p // 2)
-    names = list(result["overlap_names"])
-    ov = np.asarray(result["overlaps"], dtype=float)  # (S, T, n_overlaps)
-    grok = result["grokking"]
-    rows = []
-
-    final = np.array([g["final_test_acc"] for g in grok])
-    t10 = np.array([g["test10"] for g in grok], dtype=float)
-    t90 = np.array([g["test90"] for g in grok], dtype=float)
-    lo, hi = PAPER_GROKKING
-    reached = bool(np.all(np.isfinite(t90)))
-    v = ladder(bool(np.all(final >= 0.95)) and reached and lo - 50 <= np.mean(t90) <= hi + 50, reached)
-    rows.append({"claim": "B.mlp.grokking",
-                 "ours": f"10% → 90% test accuracy at epochs {_pm(t10)} → {_pm(t90)}; final "
-                         f"{_pm(100 * final, '.1f')}% ({S} seed{'s' if S > 1 else ''}, p = {p})",
-                 "verdict": v,
-                 "note": "reproduces when every seed ends ≥ 95% and reaches 90% within 50 epochs of 75–100"})
-
-    sizes = np.asarray(result["cliff_sizes"])[:, -1, 0]
-    w1 = ov[:, -1, names.index("window1:a+b axes")]
-    aligned = bool(np.nanmean(w1) >= 0.9)
-    v = ladder(bool(np.all(sizes == d1)) and aligned, aligned)
-    rows.append({"claim": "B.mlp.first_cliff",
-                 "ours": f"sizes {', '.join(str(int(s)) for s in sizes)} (theory {d1}); overlap "
-                         f"{_pm(w1 * d1, '.1f')}/{d1} with the a, b features",
-                 "verdict": v, "note": "reproduces when the size is exact for every seed and the overlap ≥ 0.9"})
-
-    for kind in ("sum", "diff"):
-        w2 = ov[:, -1, names.index(f"window2:{kind}")]
-        d = 2 * (p // 2)
-        paper = PAPER_SECOND_CLIFF[kind]
-        m_ = float(np.nanmean(w2))
-        v = by_threshold(m_, paper - 0.05, 0.5)
-        rows.append({"claim": f"B.mlp.second_cliff_{kind}",
-                     "ours": f"{_pm(w2 * d, '.1f')}/{d}",
-                     "verdict": v,
-                     "note": f"ranks {d1 + 1}–{2 * d1} after the constant mode; reproduces when the mean "
-                             f"fraction ≥ paper's {paper:.3f} − 0.05"})
-
-    i_sum = names.index("window2:sum")
-    ok = []
-    peaks = []
-    for s in range(S):
-        pk = float(result["dynamics"][s]["window2"]["peak_epoch"])
-        peaks.append(pk)
-        near = (np.isfinite(pk) and np.isfinite(t10[s]) and np.isfinite(t90[s])
-                and t10[s] - every <= pk <= t90[s] + every)
-        ok.append(bool(near and ov[s, 0, i_sum] < 0.5 * ov[s, -1, i_sum]))
-    v = ladder(all(ok), sum(ok) >= S / 2)
-    rows.append({"claim": "B.mlp.dynamics",
-                 "ours": f"overlap {_pm(ov[:, 0, i_sum], '.2f')} → {_pm(ov[:, -1, i_sum], '.2f')}; "
-                         f"derivative peaks at epochs {', '.join(f'{x:.0f}' for x in peaks)}, grokking "
-                         f"windows {', '.join(f'{a:.0f}–{b:.0f}' for a, b in zip(t10, t90))}",
-                 "verdict": v,
-                 "note": f"reproduces when every seed peaks within {every} epochs (one snapshot) of its window"})
-
-    cc = result.scalars.get("crosscheck") or {}
-    if cc.get("num_matvecs"):
-        k, mv, err = int(cc["k"]), int(cc["num_matvecs"]), float(cc["eigenvalue_max_rel_error"])
-        v = ladder(err <= 1e-8 and mv <= 3 * k, err <= 1e-8)
-        rows.append({"claim": "B.lanczos",
-                     "ours": f"top {k} of the trained MLP's class-mean eNTK from {mv} products "
-                             f"({mv / k:.1f}k), max relative error {sci(err, 0)} against dense",
-                     "verdict": v,
-                     "note": "reproduces when the error is ≤ 10⁻⁸ within 3k products"})
-    return rows
 
 
 def main(argv=None) -> int:

@@ -48,7 +48,7 @@ from ntkbook.stats import first_crossing
 from ntkbook.store import PointStore, Result
 from ntkbook import train
 from ntkbook.train import fit, training_record
-from ntkbook.verdicts import PARTLY, REPRODUCES, ladder
+from ntkbook.verdicts import ladder
 
 NAME = "modular_transformer"
 VERSION = "2"  # 2: the attention block's kernel, the window-edge ratios, the seed record in the scorecard
@@ -676,90 +676,3 @@ def require_trained(result: Result) -> None:
     train.require_trained({**rec, "models": [m for m in rec["models"] if m["label"] == main]},
                      f"{NAME} ({main})")
 
-
-# --------------------------------------------------------------------------------------------------
-# scorecard
-# --------------------------------------------------------------------------------------------------
-def scorecard(result: Result) -> list[dict]:
-    """Rows for the reproduction scorecard (claim ids ``B.tf.*``), verdicts from the numbers."""
-    rows = []
-    pr = result["per_run"]
-    main = result["main"]
-    g = pr[main]["grokking"]
-    grok_ok = g["grokked"] and g["final_train_acc"] >= 0.99
-    seeds = [n for n in result["runs"] if n != "replay"]
-    fresh = [n for n in seeds if n != main]
-    grokked_fresh = [n for n in fresh if pr[n]["grokking"]["grokked"]]
-    epochs = result.config["epochs"]
-    record = (f"fresh seeds: {len(grokked_fresh)} of {len(fresh)} grok within {epochs} epochs"
-              + (" (" + ", ".join(f"{n} by epoch {_f(pr[n]['grokking']['test_grok'])}" for n in grokked_fresh) + ")"
-                 if grokked_fresh else ""))
-    rows.append({"claim": "B.tf.grokking",
-                 "ours": f"test acc. 10% → 99% over epochs {_f(g['test10'])}–{_f(g['test_grok'])} ({main}); {record}",
-                 "verdict": ladder(grok_ok and (not fresh or 2 * len(grokked_fresh) > len(fresh)), grok_ok),
-                 "note": ("reproduces when the analysed run groks and most fresh seeds do, partly when only "
-                          "the analysed run does; paper: grokking between about epochs 150 and 1900")})
-    kf = tuple(pr[main]["key_frequencies"])
-    # sparsity and seed dependence are claims about networks that learned the task: runs that did
-    # not grok are listed but not counted
-    grokked = [n for n in dict.fromkeys([main] + seeds) if pr[n]["grokking"]["grokked"]]
-    distinct = len({tuple(sorted(pr[n]["key_frequencies"])) for n in grokked})
-    sparse = bool(grokked) and all(len(pr[n]["key_frequencies"]) <= 4 for n in grokked)
-    authors = main != "replay" or set(kf) == set(AUTHOR["key_frequencies"])
-    verdict = ladder(authors and sparse and distinct > 1, sparse)
-    rows.append({"claim": "B.tf.key_freqs", "ours": "; ".join(
-        f"{n} {tuple(pr[n]['key_frequencies'])}" for n in grokked),
-        "verdict": verdict,
-        "note": (f"runs that grok ({len(grokked)} of {len(set([main] + seeds))}); at most 4 key "
-                 f"frequencies each, {distinct} distinct sets; the author's run uses 1 and 12")})
-    groups = pr[main].get("groups", {})
-    if groups:
-        for claim_id, members, fam in (("B.tf.attn_axis_sum", ["attention", "W_in"], "axis_sum"),
-                                       ("B.tf.out_sum", ["W_out", "W_U"], "sum")):
-            def info(run, n):
-                return (pr[run].get("blocks") or {}).get(n) or pr[run]["groups"][n]
-            v = [info(main, n)["verdict"] for n in members]
-            n_ok = sum(x == REPRODUCES for x in v)
-            n_part = sum(x == PARTLY for x in v)
-            # the seed record: does the alignment hold in every fresh seed that groks?
-            held = [n for n in grokked_fresh if all(info(n, m)["verdict"] == REPRODUCES for m in members)]
-            main_ok = n_ok == len(members)
-            label = lambda n: "attention block (Q, K, V, O)" if n == "attention" else n  # noqa: E731
-            detail = ""
-            if claim_id == "B.tf.attn_axis_sum":
-                detail = "; per tensor: " + ", ".join(
-                    f"{n} {groups[n]['overlaps'][fam]:.2f}" for n in BLOCKS["attention"])
-            rows.append({
-                "claim": claim_id,
-                "ours": (", ".join(f"{label(n)} {info(main, n)['overlaps'][fam]:.2f}" for n in members)
-                         + f" ({main}){detail}; holds in {len(held)} of {len(grokked_fresh)} fresh seeds that grok"),
-                "verdict": ladder(main_ok and len(held) == len(grokked_fresh), n_ok + n_part > 0 or bool(held)),
-                "note": (f"overlap of the top 4K+1 eigenvectors with the {fam.replace('_', '-')} features "
-                         f"(at least 0.9 and leading: reproduces); {n_ok} of {len(members)} reproduce in "
-                         f"{main}, {n_part} partly; reproduces only when it also holds in every fresh seed that groks")})
-        w = pr[main]["W_U_author_windows"]
-        s1, s2 = w["sum_top"], w["axis_sum_next"]
-        ok = s1 >= 0.95 * w["dim"] and s2 >= 0.95 * w["dim"]
-        rows.append({"claim": "B.tf.replay",
-                     "ours": f"{s1:.4f}/{w['dim']} and {s2:.4f}/{w['dim']}",
-                     "verdict": ladder(ok, max(s1, s2) >= 0.9 * w["dim"]),
-                     "note": "author: 3.9647/4 and 3.9399/4 (float32 GPU run; ours the float64 replay)"
-                     if main == "replay" else "smoke-scale stand-in: first seed, not the replay"})
-    dyn = result[f"{main}/dynamics"]
-    ep = result[f"{main}/snapshot_epochs"]
-    i = [tuple(m) for m in result["dyn_metrics"]].index(("W_U", "2K+1", "sum"))
-    ov = dyn[:, i]
-    rise = ov[-1] - ov[0]
-    peak = float(ep[int(np.argmax(np.gradient(ov, ep)))])
-    lo, hi = g["test10"], g["test_grok"]
-    inside = np.isfinite(lo) and np.isfinite(hi) and lo - 100 <= peak <= hi
-    rows.append({"claim": "B.tf.dynamics",
-                 "ours": f"W_U overlap {ov[0]:.2f} → {ov[-1]:.2f}; derivative peak at epoch {peak:.0f}",
-                 "verdict": ladder(rise > 0.5 and inside, rise > 0.5),
-                 "note": (f"reproduces: rise > 0.5 and peak inside the grokking window {_f(lo)}–{_f(hi)} "
-                          f"(or up to 100 epochs before it); paper: peaks near 150 and 600")})
-    return rows
-
-
-def _f(x) -> str:
-    return "n/a" if x is None or not np.isfinite(float(x)) else f"{float(x):.0f}"
