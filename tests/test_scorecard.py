@@ -259,3 +259,22 @@ def test_an_experiments_own_scorecard_reads_its_stand_in_configs(monkeypatch):
     monkeypatch.setattr(entk_convergence, "SCORECARD_FALLBACKS", ())
     rows = {r.claim.id: r for r in scorecard.collect(["entk_convergence"])}
     assert rows["F.entk_convergence"].verdict == scorecard.NOT_MEASURED
+
+
+def test_experiment_modules_hold_no_verdict_rules():
+    """Verdict rules live in :mod:`ntkbook.claims`: an experiment module defines no
+    ``scorecard()`` unless a claims module supersedes it (an older rule not yet moved), and the
+    seven whose rules moved have none (each is judged by a claims module that reads it)."""
+    import importlib
+
+    from ntkbook.experiments import EXPERIMENTS
+
+    replaced = scorecard.superseded()
+    judged = {n for module in scorecard.claim_modules() for n in module.EXPERIMENTS}
+    for name, module in EXPERIMENTS.items():
+        if hasattr(importlib.import_module(module), "scorecard"):
+            assert name in replaced, f"{module} defines scorecard(): move it to ntkbook.claims"
+    for name in ("lanczos_ghosts", "entk_convergence", "gram_conditioning", "modular_mlp",
+                 "modular_transformer", "ntk_distance", "ntk_distance_fullbatch"):
+        assert not hasattr(importlib.import_module(EXPERIMENTS[name]), "scorecard"), name
+        assert name in judged, name

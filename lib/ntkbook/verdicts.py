@@ -1,10 +1,10 @@
 """The verdict ladder of the reproduction scorecard, defined once.
 
-Every claim of the two papers gets one of three verdicts, computed by the experiment that
-measures it (its ``scorecard(result)``):
+Every claim of the two papers gets one of three verdicts, computed from the stored results of
+the experiments that measure it by a verdict rule of :mod:`ntkbook.claims` (its ``scorecard``):
 
-- ``"reproduces"`` (:data:`REPRODUCES`): the claim holds in our measurement by the experiment's
-  stated rule;
+- ``"reproduces"`` (:data:`REPRODUCES`): the claim holds in our measurement by the rule's
+  stated threshold;
 - ``"partly"`` (:data:`PARTLY`): part of it holds (some tasks, the direction but not the size, ...);
 - ``"does not"`` (:data:`DOES_NOT`): it does not hold.
 """

@@ -2,18 +2,20 @@
 
 :data:`CATALOGUE` lists each claim once (its id, the paper, the claim, the number the paper
 reports, the chapter that measures it and the label of the section that does). Measured rows come
-from the experiments: a module of :mod:`ntkbook.experiments` that defines
+from the verdict rules of :mod:`ntkbook.claims`, computed from the **stored paper-scale results**
+(``results/``; nothing is computed here): a module there that defines ``EXPERIMENTS`` (the
+experiments it reads), optionally ``FALLBACKS`` (name -> reduced configs to read while the paper
+preset is not stored), and
 
-    def scorecard(result: Result) -> list[dict]:
-        # one dict per claim measured:
+    def scorecard(results: Mapping[str, Result]) -> list[dict]:
+        # results: name -> stored result, the ones stored; one dict per claim measured:
         # {"claim": "<claim id>", "ours": "<formatted number(s)>",
         #  "verdict": "reproduces" | "partly" | "does not", "note": "<one short sentence>"}
 
-contributes rows computed from its **stored paper-scale result** (``results/``; nothing is computed
-here), and so does a module of :mod:`ntkbook.claims` that defines ``EXPERIMENTS`` (the experiments
-it reads), optionally ``FALLBACKS`` (name -> reduced configs to read while the paper preset is not
-stored), and ``scorecard(results)`` (``results``: name -> stored result, the ones stored): verdict
-rules there can change without touching an experiment's code hash. A row may also say
+contributes rows: verdict rules there can change without touching an experiment's code hash. (An
+experiment module that still carries an older ``scorecard(result)`` of its own, with optional
+``SCORECARD_FALLBACKS``, contributes its rows too, unless a claims module names it in
+``SUPERSEDES``.) A row may also say
 :data:`NOT_TESTED` ("not tested": the model the claim is about did not train), which is not a
 verdict on the claim. :func:`collect` calls every such function, checks its rows, and returns one :class:`Row` per
 catalogued claim; a claim no stored result measures says "not yet measured". :func:`markdown`
@@ -271,8 +273,7 @@ def rows_from(measured: Iterable[tuple[Any, list[dict]]]) -> list[Row]:
 
 def superseded() -> set[str]:
     """Experiments whose own ``scorecard(result)`` a claims module replaces (its ``SUPERSEDES``):
-    their verdict rules moved to :mod:`ntkbook.claims` while the experiment module could not change
-    (its stored result keeps its code hash), so its old function is no longer called."""
+    the experiment module still carries an older verdict rule, which is no longer called."""
     return {name for module in claim_modules() for name in getattr(module, "SUPERSEDES", ())}
 
 
@@ -304,11 +305,12 @@ def _claim_rows(module: Any, results: Mapping[str, Any]) -> tuple[list[Any], lis
 
 
 def collect(experiments: Iterable[str] | None = None) -> list[Row]:
-    """Rows for every catalogued claim, measured ones from the **stored** paper-scale result of
-    each experiment that defines ``scorecard(result)`` (nothing is computed; a missing result
-    leaves its claims "not yet measured"). Where the paper preset is not stored, an experiment's
-    ``SCORECARD_FALLBACKS`` (config overrides, e.g. a smaller N the CPU could afford) are tried
-    in order; the row then names the changed fields."""
+    """Rows for every catalogued claim, measured ones from the **stored** paper-scale results read
+    by each claims module's ``scorecard(results)`` (and by an experiment's own, not superseded
+    ``scorecard(result)``, where one is left); nothing is computed, and a missing result leaves
+    its claims "not yet measured". Where the paper preset is not stored, a claims module's
+    ``FALLBACKS`` (an experiment's ``SCORECARD_FALLBACKS``: config overrides, e.g. a smaller N the
+    CPU could afford) are tried in order; the row then names the changed fields."""
     from ntkbook.experiments import EXPERIMENTS, make_config
     from ntkbook.paths import results_dir
     from ntkbook.store import Store
@@ -388,8 +390,8 @@ def headline(rows: Iterable[Row]) -> str:
 
 def chapter_rows(chapter: str, results: Iterable[Any]) -> list[Row]:
     """The measured rows of the claims ``book/<chapter>.md`` measures, from the ``scorecard``
-    functions of the experiments that computed ``results`` (the results the chapter loaded, at
-    the page's scale; joined as on the scorecard page)."""
+    functions of :mod:`ntkbook.claims` over ``results`` (the results the chapter loaded, at the
+    page's scale; joined as on the scorecard page)."""
     from ntkbook.experiments import EXPERIMENTS
 
     results = list(results)
@@ -579,10 +581,10 @@ def as_dicts(rows: Iterable[Row]) -> list[dict]:
 
 def claim_line(claim_id: str, rows: list[dict], *, chapter: str | None = None):
     """The closing line of a section that measures ``claim_id``: the paper's number beside ours and
-    the verdict with its rule, from rows returned by an experiment's ``scorecard(result)``
-    (Markdown, :func:`~ntkbook.book.report.typeset`)::
+    the verdict with its rule, from scorecard rows (those of a claims module's ``scorecard``;
+    Markdown, :func:`~ntkbook.book.report.typeset`)::
 
-        claim_line("B.mlp.grokking", modular_mlp.scorecard(res))
+        claim_line("B.mlp.grokking", claims_mm.scorecard({"modular_mlp": res}))
         # **Paper B:** around epochs 75–100. **Ours:** 10% → 90% ... **Verdict: reproduces**
         # (threshold: every seed ends ≥ 95% and ...).
 

@@ -3,8 +3,11 @@
 A module here reads stored results (:class:`ntkbook.store.Result`) and computes nothing an
 experiment stores. No experiment's ``run`` reaches this package, so a summary or a verdict rule can
 change without changing any experiment's code hash: a stored result stays "today's code" while
-the reading of it improves. (The older experiments still carry their ``scorecard(result)`` in
-their own module; they move here when their results are next recomputed.)
+the reading of it improves. Experiment modules hold what computes results; their verdict rules
+are here, each in the module of its chapter or of its experiment (e.g.
+:func:`ntkbook.claims.lanczos.lanczos_ghosts_scorecard`, formerly
+``ntkbook.experiments.lanczos_ghosts.scorecard``). Where an experiment module still carries an
+older ``scorecard(result)``, the module here that judges its claims names it in ``SUPERSEDES``.
 
 A module that judges claims defines ``scorecard(results) -> list[dict]``, ``results`` mapping an
 experiment name to its stored paper-scale result (absent when none is stored), one row per claim
