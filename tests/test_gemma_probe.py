@@ -127,11 +127,11 @@ def test_the_sweep_is_one_entry_per_layer():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(12))
 def test_batched_average_precision_is_one_call_per_row_bit_for_bit(dtype, seed):
-    """``probe.average_precisions`` (one multilabel call) equals scikit-learn called once per row,
-    to the bit, ties and flipped signs included; and the direction it picks is the one the loop
-    over rows and signs picks (first best wins)."""
+    """``probe.average_precisions`` (its own arithmetic) equals scikit-learn called once per row,
+    to the bit, ties, constant rows, a lone positive and flipped signs included; and the direction
+    it picks is the one the loop over rows and signs picks (first best wins)."""
     from sklearn.metrics import average_precision_score
 
     rng = np.random.default_rng(seed)
@@ -141,6 +141,12 @@ def test_batched_average_precision_is_one_call_per_row_bit_for_bit(dtype, seed):
     scores = rng.normal(size=(k, n)).astype(dtype)
     scores[: k // 2] = np.round(scores[: k // 2], 1)  # ties inside rows
     scores[-1] = scores[0]  # a tie between rows
+    if k > 3:
+        scores[1] = 0.5  # one run of equal scores
+        scores[2] = np.round(scores[2] * 4) / 4  # long runs of ties
+    if seed % 3 == 2:
+        y[:] = False
+        y[int(rng.integers(n))] = True  # a lone positive
     batched = probe.average_precisions(y, np.concatenate([scores, -scores]))
     one_by_one = np.array([average_precision_score(y, s) for s in np.concatenate([scores, -scores])])
     assert batched.dtype == one_by_one.dtype and batched.tobytes() == one_by_one.tobytes()
@@ -155,3 +161,9 @@ def test_batched_average_precision_is_one_call_per_row_bit_for_bit(dtype, seed):
     assert single == average_precision_score(y, scores[0])
     with pytest.raises(probe.InputError, match=r"scores must be \(m, "):
         probe.average_precisions(y, scores[:, :-1])
+    with pytest.raises(probe.InputError, match="no positive"):
+        probe.average_precisions(np.zeros(n, bool), scores)
+    bad = scores.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(probe.InputError, match="NaN or infinity"):
+        probe.average_precisions(y, bad)

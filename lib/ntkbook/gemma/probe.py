@@ -100,19 +100,38 @@ def precision_at_k(y: np.ndarray, score: np.ndarray, k: int) -> float:
 def average_precisions(y: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """Average precision of each row of ``scores`` (m, n) against the labels ``y`` (n,) bool: (m,).
 
-    One call of scikit-learn's ``average_precision_score`` on the labels repeated as a multilabel
-    indicator (``average=None``), which runs the same per-column computation as one call per row
-    (bit for bit; ``tests/test_gemma_probe.py`` checks it, ties included) without validating the
-    inputs once per row, which is most of the cost of a row."""
-    from sklearn.metrics import average_precision_score  # noqa: PLC0415
-
+    The same arithmetic as scikit-learn's ``average_precision_score`` (``y`` against one row at a
+    time), operation for operation, so bit for bit (``tests/test_gemma_probe.py`` checks it against
+    scikit-learn, ties and float32 included): rows sorted by descending score; at the last index
+    ``t`` of each run of equal scores, ``tp`` = positives so far and ``fp = 1 + t - tp``; precision
+    ``tp / (tp + fp)`` and recall ``tp / P``, reversed with the end point (recall 0, precision 1);
+    AP = ``-sum(diff(recall) * precision[:-1])``, clipped at 0.  The sort and the cumulative counts
+    run on all rows at once, and nothing is validated per row, which was most of scikit-learn's
+    cost per row (the Gemma probe scores ~50 rows per task and split)."""
     y, scores = np.asarray(y, bool), np.asarray(scores)
     if scores.ndim != 2 or scores.shape[1] != y.shape[0]:
         raise InputError(f"scores must be (m, {y.shape[0]}) for {y.shape[0]} labels, got {scores.shape}")
-    if len(scores) == 1:
-        return np.asarray([average_precision_score(y, scores[0])])
-    labels = np.repeat(y.astype(np.int64)[:, None], len(scores), axis=1)
-    return np.asarray(average_precision_score(labels, scores.T, average=None))
+    if not y.any():
+        raise InputError("the labels hold no positive: average precision is undefined (it needs at least one)")
+    if not np.all(np.isfinite(scores)):
+        raise InputError("scores hold NaN or infinity: average precision needs finite scores")
+    n = y.shape[0]
+    order = np.argsort(-scores, axis=1, kind="stable")  # descending; the order within ties leaves AP unchanged
+    ranked = np.take_along_axis(scores, order, axis=1)
+    positives = np.cumsum(y[order].astype(np.float64), axis=1)  # counts, exact in float64
+    change = ranked[:, 1:] != ranked[:, :-1]
+    out = np.empty(len(scores))
+    for r in range(len(scores)):
+        ends = np.concatenate([np.nonzero(change[r])[0], [n - 1]])
+        tps = positives[r, ends]
+        fps = 1 + ends.astype(np.float64) - tps
+        ps = tps + fps
+        precision = np.where(ps != 0, np.divide(tps, ps), 0.0)
+        recall = tps / tps[-1]
+        precision = np.concatenate([np.flip(precision), [1.0]])
+        recall = np.concatenate([np.flip(recall), [0.0]])
+        out[r] = float(max(0.0, -np.sum(np.diff(recall) * precision[:-1])))
+    return out
 
 
 def best_direction(scores: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
@@ -136,7 +155,7 @@ def evaluate_task(scores: np.ndarray, y: np.ndarray, train: np.ndarray, test: np
 
     ``scores``: (k, N); ``y``: (N,) bool.  Needs positives and negatives in both halves.
     """
-    from sklearn.metrics import average_precision_score, roc_auc_score  # noqa: PLC0415
+    from sklearn.metrics import roc_auc_score  # noqa: PLC0415
 
     y = np.asarray(y, bool)
     ytr, yte = y[train], y[test]
@@ -147,7 +166,7 @@ def evaluate_task(scores: np.ndarray, y: np.ndarray, train: np.ndarray, test: np
     ap_tr, i, sign = best_direction(np.asarray(scores)[:, train], ytr)
     s = sign * np.asarray(scores)[i, test]
     return {"mode": int(i), "sign": int(sign), "train_ap": float(ap_tr),
-            "ap": float(average_precision_score(yte, s)), "auroc": float(roc_auc_score(yte, s)),
+            "ap": float(average_precisions(yte, s[None])[0]), "auroc": float(roc_auc_score(yte, s)),
             "precision": precision_at_k(yte, s, int(yte.sum())), "base_rate": float(yte.mean()),
             "n_test_pos": int(yte.sum())}
 
