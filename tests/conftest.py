@@ -1,12 +1,12 @@
 """Shared test set-up: the data directory (``NTKBOOK_DATA``, else ``../shared/data``), and the order
 of the suite.
 
-``make test`` runs the suite on every core (``pytest -n auto --dist loadgroup``, pytest-xdist). The
-two book builds are the longest single pieces of work (each one process, mostly one core): their
-tests are grouped (``xdist_group`` marks in tests/test_book.py and tests/test_paper_build.py), so
-each build runs once on one worker, and collected first, so that each starts at once on its own
-worker while the unit tests share what is left (with ``--no-loadscope-reorder`` the scheduler keeps
-this order). Without xdist the order changes nothing but when the builds run."""
+``make test`` runs the suite on every core (``pytest -n auto``, pytest-xdist). The two book builds
+(tests/book_builds.py) are the longest single pieces of work, one process each: as soon as a
+worker has collected the tests, the controller starts each build that a collected test reads as a
+background process, and the tests that read a build are collected last, so the workers run the
+unit tests while the builds run and a test that reads a build rarely waits. Without xdist the
+first test that needs a build runs it."""
 
 from __future__ import annotations
 
@@ -32,15 +32,38 @@ def data_dir() -> Path:
     return Path(d)
 
 
-#: the groups that hold a book build, started first (see the module docstring)
-FIRST_GROUPS = ("smoke_book", "paper_book")
+import book_builds  # noqa: E402 - tests/ is on the path (rootdir conftest)
+
+#: the background builds this controller started (name -> process)
+_STARTED: dict = {}
 
 
-def _group(item) -> str | None:
-    mark = item.get_closest_marker("xdist_group")
-    return (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+def _reads_build(nodeid: str) -> str | None:
+    path = nodeid.split("::", 1)[0]
+    return next((name for name, reader in book_builds.READERS.items() if path == reader), None)
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {g: i for i, g in enumerate(FIRST_GROUPS)}
-    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: the rest keep their order
+    """The tests that read a book build go last (stable: the rest keep their order)."""
+    items.sort(key=lambda item: _reads_build(item.nodeid) is not None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """On the xdist controller, after the first worker's collection: start each book build that a
+    collected test reads, in the background (tests/book_builds.py)."""
+    if _STARTED:
+        return
+    wanted = sorted({name for name in map(_reads_build, ids) if name})
+    for name in wanted:
+        _STARTED[name] = book_builds.start(name, node.workerinput["testrunuid"])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A run that ends early (``-x``, Ctrl-C) stops the builds it started."""
+    import signal  # noqa: PLC0415
+
+    for proc in _STARTED.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the build and the kernels it started (its own session)
+        proc.wait()

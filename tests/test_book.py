@@ -3,62 +3,27 @@ and the built HTML shows its figures and math and no error output in headless Ch
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
+import book_builds
 import nbformat
 import pytest
 
 from ntkbook.book import build as bookbuild, htmlcheck
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "_build" / "smoke"
+OUT = book_builds.SMOKE_OUT
 CHAPTERS = bookbuild.toc_chapters(REPO)
 
-#: one group: the smoke build is a session fixture, built once on one xdist worker (tests/conftest.py)
-pytestmark = [pytest.mark.book, pytest.mark.xdist_group("smoke_book")]
-
-
-def _git_status() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--ignored=no"], cwd=REPO,
-                          capture_output=True, text=True).stdout
-
-
-#: what the smoke build fixture returned, for the other xdist workers of the same run
-SHARED = REPO / "_build" / "smoke-fixture.json"
+pytestmark = pytest.mark.book
 
 
 @pytest.fixture(scope="session")
 def smoke_build():
-    """Build the whole book at smoke scale once per test run; returns (exit code, output, summary).
-
-    Its tests are one xdist group (one worker), but a session fixture runs once per worker that
-    asks for it, so the build is also guarded by a file lock: the first worker of a run builds
-    and writes what it returns to :data:`SHARED` with the run's id (``PYTEST_XDIST_TESTRUNUID``);
-    any other worker of that run waits for the lock and reads it (two builds into one folder would
-    clobber each other). Without xdist every run builds."""
-    import fcntl
-    import os
-
-    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    SHARED.parent.mkdir(parents=True, exist_ok=True)
-    with open(SHARED.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if run_id and SHARED.exists():
-            done = json.loads(SHARED.read_text())
-            if done.get("run_id") == run_id:
-                return done["result"]
-        before = _git_status()
-        proc = subprocess.run([sys.executable, "-m", "ntkbook.book.build", "--scale", "smoke", "--out", str(OUT)],
-                              cwd=REPO, capture_output=True, text=True)
-        summary_file = OUT / "chapters.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
-        result = {"code": proc.returncode, "log": proc.stdout + proc.stderr, "summary": summary,
-                  "status_before": before, "status_after": _git_status()}
-        SHARED.write_text(json.dumps({"run_id": run_id, "result": result}))
-        return result
+    """The whole book built at smoke scale, once per test run (tests/book_builds.py: under xdist it
+    was started in the background when the run began): exit code, output, chapter summary and
+    ``git status`` before and after."""
+    return book_builds.result("smoke")
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

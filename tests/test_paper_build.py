@@ -8,11 +8,9 @@ this test."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import book_builds
 import pytest
 
 from ntkbook.book import build as bookbuild, htmlcheck
@@ -20,28 +18,16 @@ from ntkbook.book import build as bookbuild, htmlcheck
 REPO = Path(__file__).resolve().parents[1]
 CHAPTERS = bookbuild.toc_chapters(REPO)
 
-#: its own group, started first on a worker of its own (tests/conftest.py)
-pytestmark = [pytest.mark.book, pytest.mark.xdist_group("paper_book")]
+pytestmark = pytest.mark.book
 
 
-def _git_status() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--ignored=no"], cwd=REPO,
-                          capture_output=True, text=True).stdout
-
-
-def test_paper_book_builds_without_any_data(tmp_path):
-    empty = tmp_path / "no-data"
-    empty.mkdir()
-    env = {**os.environ, "NTKBOOK_DATA": str(empty), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "NTKBOOK_OFFLINE": "1", "NTKBOOK_SCRATCH": str(tmp_path / "scratch")}
-    env.pop("NTKBOOK_RESULTS", None)  # the repository's committed results
-    out = tmp_path / "paper"
-    before = _git_status()
-    proc = subprocess.run([sys.executable, "-m", "ntkbook.book.build", "--scale", "paper", "--out", str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-6000:]
+def test_paper_book_builds_without_any_data():
+    """The paper-scale build of this test run (tests/book_builds.py: empty data folder, empty
+    download cache, downloads off; under xdist started in the background when the run began)."""
+    built = book_builds.result("paper")
+    log = built["log"]
+    assert built["code"] == 0, log[-6000:]
     assert "DataNotFoundError" not in log
-    assert htmlcheck.missing_pages(out / "html", CHAPTERS) == []
-    assert not any(empty.iterdir()), "the build wrote into the data folder"
-    assert _git_status() == before, "the paper build changed the source tree (did it compute a result?)"
+    assert htmlcheck.missing_pages(Path(built["out"]) / "html", CHAPTERS) == []
+    assert not any(Path(built["no_data"]).iterdir()), "the build wrote into the data folder"
+    assert built["status_after"] == built["status_before"], "the paper build changed the source tree (did it compute a result?)"
