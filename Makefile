@@ -98,7 +98,7 @@ browser:
 	else echo "chromium is missing and cannot be installed here: the browser check will be skipped"; fi
 
 test: setup browser
-	$(PY) -m pytest -q -n auto
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf _build .cache _mathjax

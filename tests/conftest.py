@@ -1,9 +1,11 @@
 """Shared test set-up: the data directory (``NTKBOOK_DATA``, else ``../shared/data``), and the order
 of the suite.
 
-``make test`` runs the suite on every core (``pytest -n auto``, pytest-xdist). The two book builds
-(tests/book_builds.py) are the longest single pieces of work, one process each: as soon as a
-worker has collected the tests, the controller starts each build that a collected test reads as a
+``make test`` runs the suite on every core (``pytest -n auto --dist loadfile``, pytest-xdist: a test
+file runs on one worker, so a module-scoped fixture, often a smoke run of an experiment, is
+computed once and not once per worker; ``--no-loadscope-reorder`` keeps the files in the order
+below). The two book builds (tests/book_builds.py) are the longest single pieces of work, one
+process each: as soon as a worker has collected the tests, the controller starts each build that a collected test reads as a
 background process, and the tests that read a build are collected last, so the workers run the
 unit tests while the builds run and a test that reads a build rarely waits. Without xdist the
 first test that needs a build runs it."""
