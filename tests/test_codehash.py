@@ -693,17 +693,17 @@ def test_imported_modules_resolves_every_form(tmp_path):
 
 
 def test_reachable_modules_follow_function_level_imports():
-    """gemma_features imports the Gemma stack and Lanczos only inside functions; gemma.weights
+    """gemma_probe imports the Gemma stack and Lanczos only inside functions; gemma.weights
     imports the tokenizer inside a function (depth 2)."""
-    mods = set(reachable_modules("ntkbook.experiments.gemma_features"))
+    mods = set(reachable_modules("ntkbook.experiments.gemma_probe"))
     assert {"ntkbook.gemma.operator", "ntkbook.gemma.model", "ntkbook.gemma.weights",
             "ntkbook.gemma.probe", "ntkbook.ntk.eig", "ntkbook.gemma.tokenizer"} <= mods
     assert not mods & NOT_CODE
 
 
 @pytest.mark.parametrize("experiment, edited", [
-    ("gemma_features", "gemma/operator.py"),      # imported inside a function
-    ("gemma_features", "gemma/tokenizer.py"),     # reached only through gemma.weights
+    ("gemma_probe", "gemma/operator.py"),         # imported inside a function
+    ("gemma_probe", "gemma/tokenizer.py"),        # reached only through gemma.weights
     ("influence_malleability", "ntk/kernels.py"),  # inside a function of models.two_layer
 ])
 def test_legacy_hash_sees_every_byte_of_every_module_reached(lib_copy, experiment, edited):

@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 from ntkbook.claims import gemma as claims  # noqa: E402
 from ntkbook.experiments import gemma_probe  # noqa: E402
 from ntkbook.gemma.pos_data import CLASSES  # noqa: E402
+from ntkbook.errors import InputError  # noqa: E402
 from ntkbook.store import Result  # noqa: E402
 
 N_SPLITS = 20
@@ -186,9 +187,14 @@ def test_figures_draw_from_the_readings():
 
 def test_stored_reads_without_computing(tmp_path, monkeypatch):
     """An entry that is not stored is None (nothing computed, no lock waited for); the first data
-    set's sweep, stored with the book, is read by layer."""
+    set and its sweep, archived with the book (their experiments retired), are read by layer."""
     assert set(claims.first_sweep()) == set(claims.FIRST_SWEEP_LAYERS)
     assert claims.first_sweep()[17]["points"][-1]["param_set"] == "layer"
+    assert claims.first_sweep(128).keys() == {16}   # the one layer at N = 1024
+    first = claims.first_data(128)
+    assert first.name == "gemma_pos_data" and first.config["n_per_class"] == 128 and first["stories_read"] > 0
+    with pytest.raises(InputError, match="not in results/archive"):
+        claims.first_data(64)
     monkeypatch.setenv("NTKBOOK_RESULTS", str(tmp_path))
     assert claims.stored("gemma_probe", "paper", **gemma_probe.sweep_overrides(3, 32)) is None
     assert claims.probe_sweep(32) == {}

@@ -559,3 +559,34 @@ def test_rehash_re_signs_entries_of_the_first_format_2_store(tmp_path):
     (folder / "result.json").write_text(json.dumps(meta))
     with pytest.raises(StoreError, match="content hash"):
         store.rehash()
+
+
+def test_archive_is_read_but_never_listed_with_the_experiments(tmp_path, capsys):
+    """Entries moved to ``<root>/archive/<name>/`` (a retired experiment's) are found by config
+    values, content hashes checked; ``list`` leaves them out, ``verify`` checks them."""
+    store = Store(tmp_path / "results")
+    archived = Store(tmp_path / "results" / store_mod.ARCHIVE)
+    for n in (32, 128):
+        archived.save(Result("retired", {"n_per_class": n, "layers": [16]}, arrays={"x": np.arange(3.0) * n},
+                             provenance={"git_commit": "abc"}), "1")
+    store.save(Result("live", {"a": 1}, arrays={"x": np.zeros(2)}), "1")
+    assert [row["name"] for row in store.list()] == ["live"]
+    assert store.archive().root == archived.root
+    found = store.archive().find("retired", n_per_class=128, layers=(16,))  # a tuple matches the stored list
+    assert found.config["n_per_class"] == 128 and np.array_equal(found["x"], np.arange(3.0) * 128)
+    assert store.archive().find("retired", n_per_class=64) is None
+    assert store.archive().find("other") is None
+    with pytest.raises(StoreError, match="2 entries of retired"):
+        store.archive().find("retired", layers=[16])
+    folder = archived.entry_dir("retired", "1", {"n_per_class": 32, "layers": [16]})
+    (folder / "result.npz").write_bytes(b"damaged")
+    with pytest.raises(StoreError, match="does not match the sha256"):
+        store.archive().find("retired", n_per_class=32)
+    assert cli(["verify", "--results", str(store.root)]) == 1
+    out = capsys.readouterr().out
+    assert "corrupt" in out and "retired" in out
+    assert "archived (retired experiment)" in out  # the intact archived entry, checked and labelled
+
+
+def test_no_experiment_is_named_like_the_archive():
+    assert store_mod.ARCHIVE not in experiments.EXPERIMENTS

@@ -32,9 +32,13 @@ def paper(name: str, **overrides):
 
 
 def test_every_entry_passes_its_integrity_check():
-    rows = Store(RESULTS, scale="paper").list()
+    """Every entry, the archived ones (retired experiments, ``results/archive``) too."""
+    store = Store(RESULTS, scale="paper")
+    rows, archived = store.list(), store.archive().list()
     assert rows, "no committed results"
-    bad = [(r["name"], r["entry"], r.get("error")) for r in rows if r["status"] != "ok"]
+    assert {r["name"] for r in archived} == {"gemma_features", "gemma_pos_data"}
+    assert not {r["name"] for r in archived} & set(experiments.EXPERIMENTS), "an archived experiment is back"
+    bad = [(r["name"], r["entry"], r.get("error")) for r in rows + archived if r["status"] != "ok"]
     assert not bad, bad
 
 
@@ -68,7 +72,7 @@ def test_every_recorded_commit_is_in_the_history():
     if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
         pytest.skip("shallow clone: the history is incomplete")
     lost = []
-    for js in sorted(RESULTS.glob("*/*/result.json")):
+    for js in sorted(RESULTS.glob("**/result.json")):  # the archived entries too
         commit = json.loads(js.read_text())["provenance"].get("git_commit")
         if commit and git("merge-base", "--is-ancestor", commit, "HEAD").returncode != 0:
             lost.append(f"{js.parent.relative_to(RESULTS)}: {commit}")

@@ -2,7 +2,7 @@
 
 ``python -m ntkbook list``                        experiments and the state of their entries
 ``python -m ntkbook run NAME --scale S``          compute an entry (``--set key=value`` overrides)
-``python -m ntkbook verify``                      check every entry's content hashes
+``python -m ntkbook verify``                      check every entry's content hashes (archived ones too)
 ``python -m ntkbook reproduce NAME [--sample]``   recompute stored entries with today's code,
                                                   compare, and record the agreement
 ``python -m ntkbook rehash``                      add content hashes to entries from before them
@@ -17,7 +17,7 @@ import sys
 
 from ntkbook import experiments, freshness
 from ntkbook.errors import NtkbookError
-from ntkbook.store import ALLOW_DIRTY_ENV, Result, StoreError, config_hash
+from ntkbook.store import ALLOW_DIRTY_ENV, ARCHIVE, Result, StoreError, config_hash
 
 
 def _state(store, name: str, version: str, config) -> str:
@@ -73,12 +73,14 @@ def _roots(args: argparse.Namespace):
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     bad = 0
-    for store in _roots(args):
+    for store in [s for root in _roots(args) for s in (root, root.archive())]:
         for row in store.list():
             line = f"{row['status']:10s} {store.root / row['name'] / row['entry']}"
             if row["status"] == "ok":
                 line += f"  commit {str(row.get('git_commit'))[:10]}  dirty {row.get('git_dirty')}"
-                if row["name"] in experiments.EXPERIMENTS:
+                if store.root.name == ARCHIVE:
+                    line += "  archived (retired experiment)"
+                elif row["name"] in experiments.EXPERIMENTS:
                     stored = Result(row["name"], row["config"], provenance=row["provenance"],
                                     reverified=row["reverified"], rekeyed=row["rekeyed"])
                     line += f"  {freshness.freshness(stored).short()}"

@@ -35,6 +35,12 @@ records that state the hash, under a newer hashing scheme, of the code that comp
 it (:meth:`Store.add_rekey`); whether a stored result still comes from today's code is decided
 above the store (:mod:`ntkbook.freshness`), which knows the experiments' code.
 
+The results of an experiment whose code was retired stay readable in ``<root>/archive/<name>/``
+(:data:`ARCHIVE`, :meth:`Store.archive`): the same entries, moved there when the experiment module
+was deleted, never listed with the experiments' entries, never recomputed and never judged against
+today's code (no code computes them any more); ``<root>/archive/README.md`` names the commit that
+last held their code.
+
 Writes are atomic (temporary file, ``fsync``, :func:`os.replace`, ``fsync`` of the folder); the
 npz is written before the JSON that carries its hash, so a crash between the two leaves an entry
 whose hashes do not match, which is reported, not used.
@@ -75,6 +81,7 @@ __all__ = [
     "provenance",
     "environment",
     "migrate_nonfinite",
+    "ARCHIVE",
 ]
 
 #: 1: no content hashes, non-finite floats as strings; 2: sha256 integrity, non-finite as floats.
@@ -82,6 +89,9 @@ FORMAT = 2
 
 #: folder of the entry locks inside a results folder (with a ``.gitignore`` that ignores it all)
 LOCKS = ".locks"
+
+#: folder of a results folder that holds the entries of retired experiments (never an experiment's name)
+ARCHIVE = "archive"
 
 #: environment variables read by :func:`provenance`
 ALLOW_DIRTY_ENV = "NTKBOOK_ALLOW_DIRTY"
@@ -680,11 +690,37 @@ class Store:
                       rekeyed=meta.get("rekeyed", []))
 
     def _entry_folders(self) -> list[Path]:
-        """Every ``<root>/<name>/<entry>`` folder, sorted (the lock folder and hidden names left out)."""
+        """Every ``<root>/<name>/<entry>`` folder, sorted (the lock folder, hidden names and the
+        :data:`ARCHIVE` left out)."""
         if not self.root.exists():
             return []
         return [f for f in sorted(self.root.glob("*/*"))
-                if f.is_dir() and not f.name.startswith(".") and not f.parent.name.startswith(".")]
+                if f.is_dir() and not f.name.startswith(".") and not f.parent.name.startswith(".")
+                and f.parent.name != ARCHIVE]
+
+    def archive(self) -> Store:
+        """The store of this folder's archived entries, ``<root>/archive`` (see the module
+        docstring), for reading: :meth:`find`, :meth:`list`, :meth:`load`."""
+        return Store(self.root / ARCHIVE, scratch=self.scratch / ARCHIVE, scale=self.scale)
+
+    def find(self, name: str, **match: Any) -> Result | None:
+        """The one entry of ``name`` whose config has the values ``match`` (compared as JSON, so a
+        tuple matches the list it was stored as), content hashes checked; ``None`` when no entry
+        matches, :class:`StoreError` when several do. For stores whose configs no experiment
+        module can build any more (:meth:`archive`)."""
+        want = {k: json.loads(canonical_json(v)) for k, v in match.items()}
+        found = []
+        for folder in self._entry_folders():
+            if folder.parent.name != name or not (folder / "result.json").exists():
+                continue
+            meta = self._read_entry_meta(folder)
+            config = meta.get("config") or {}
+            if all(k in config and config[k] == v for k, v in want.items()):
+                found.append((str(meta.get("version")), config))
+        if len(found) > 1:
+            raise StoreError(f"{len(found)} entries of {name} in {self.root} have the config values "
+                             f"{want}; name more of them")
+        return self.load(name, *found[0]) if found else None
 
     def _read_entry_meta(self, folder: Path) -> dict[str, Any]:
         """The JSON of an entry folder, unverified (to learn its key); writes replace it atomically."""

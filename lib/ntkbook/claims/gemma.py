@@ -36,7 +36,7 @@ from ntkbook.verdicts import DOES_NOT, by_threshold, ladder
 __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_ADMITTED", "AUTHOR_LAYER16",
            "FIRST_SWEEP_LAYERS", "N_LAYERS", "stored", "data_set", "main_layer", "robust", "robust_wins",
            "macro_difference", "split_table", "morph_admitted_beside_author", "author_wins",
-           "probe_sweep", "first_sweep", "depth_rows", "depth_reading", "PINNED_RATIO", "ritz_convergence",
+           "archived", "first_data", "probe_sweep", "first_sweep", "depth_rows", "depth_reading", "PINNED_RATIO", "ritz_convergence",
            "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard"]
 
 #: the experiments whose stored paper-preset results :func:`scorecard` reads
@@ -81,8 +81,8 @@ AUTHOR_LAYER16: dict[str, dict[str, tuple[float, float, float, float]]] = {
               "VerbForm=Inf": (0.987716, 0.271265, 0.999525, 0.905050)},
 }
 
-#: the layers of the first data set's sweep (``gemma_features``, N = 256; its windows overlap and
-#: one random split decided), shown beside the new sweep until all 18 layers of it are stored
+#: the layers of the first data set's sweep (``gemma_features``, N = 256, archived; its windows
+#: overlap and one random split decided), the chapter's contrast with the data set in disjoint windows
 FIRST_SWEEP_LAYERS = (8, 11, 14, 16, 17)
 
 
@@ -100,6 +100,26 @@ def stored(name: str, scale: str = "paper", **overrides) -> Result | None:
     if not (store.entry_dir(name, module.VERSION, config) / "result.json").exists():
         return None
     return store.load(name, module.VERSION, config)
+
+
+def archived(name: str, **match) -> Result | None:
+    """The archived paper-scale entry (``results/archive``, :meth:`ntkbook.store.Store.archive`) of
+    retired experiment ``name`` whose config has the values ``match``, or None; never computes."""
+    from ntkbook import experiments  # noqa: PLC0415
+
+    return experiments.store_for("paper").archive().find(name, **match)
+
+
+def first_data(n_per_class: int = 128) -> Result:
+    """The first data set of the chapter (``gemma_pos_data``, archived: windows free to overlap),
+    for the contrast with :func:`data_set`; an :class:`~ntkbook.errors.InputError` when absent."""
+    from ntkbook.errors import InputError  # noqa: PLC0415
+
+    found = archived("gemma_pos_data", n_per_class=n_per_class)
+    if found is None:
+        raise InputError(f"the archived gemma_pos_data entry at n_per_class={n_per_class} is not in "
+                         "results/archive; restore it from git (`git checkout -- results/archive`)")
+    return found
 
 
 def data_set(result: Result) -> Result:
@@ -196,10 +216,9 @@ def probe_sweep(n_per_class: int, scale: str = "paper", layers=gemma_probe.SWEEP
 
 
 def first_sweep(n_per_class: int = 32) -> dict[int, Result]:
-    """The stored entries of the first data set's sweep (``gemma_features`` at N = 8 ``n_per_class``,
-    :data:`FIRST_SWEEP_LAYERS`; its layer-16 entry also held the spectrum-identity check), by layer."""
-    found = {L: stored("gemma_features", "paper", n_per_class=n_per_class, data_n_per_class=n_per_class,
-                       layers=(L,), whole_layer_at=(17,) if L == 17 else (), identity_contexts=2 if L == 16 else 0)
+    """The archived entries of the first data set's sweep (``gemma_features`` at N = 8 ``n_per_class``,
+    :data:`FIRST_SWEEP_LAYERS`; :func:`archived`), by layer; layers not archived are absent."""
+    found = {L: archived("gemma_features", n_per_class=n_per_class, data_n_per_class=n_per_class, layers=(L,))
              for L in FIRST_SWEEP_LAYERS}
     return {L: r for L, r in found.items() if r is not None}
 

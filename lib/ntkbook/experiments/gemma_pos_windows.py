@@ -1,7 +1,7 @@
 """Paper B, Gemma: the part-of-speech data set with every context in its own stretch of its story.
 
-The procedure of :mod:`ntkbook.experiments.gemma_pos_data` (candidates, agreement filter, labels
-of the model's word; :mod:`ntkbook.gemma.pos_data`), with one change: the *windows* of the
+The procedure of the retired ``gemma_pos_data`` experiment (its results archived in
+``results/archive``: candidates, agreement filter, labels of the model's word; :mod:`ntkbook.gemma.pos_data`), with one change: the *windows* of the
 contexts (the ``context_len`` tokens and the word they predict) never overlap.  Inside a story
 the candidates are drawn by :func:`ntkbook.gemma.pos_data.draw_disjoint` (pairwise disjoint
 windows, at most ``per_story`` per class, the class still expected to need the most candidates

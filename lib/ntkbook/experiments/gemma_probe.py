@@ -1,6 +1,7 @@
 """Paper B, Gemma: eNTK modes vs PCA on contexts in disjoint windows, split by story, over many splits.
 
-The measurement of :mod:`ntkbook.experiments.gemma_features` (per point, layer ``L`` and parameter
+The measurement of the retired ``gemma_features`` experiment (its results archived in
+``results/archive``; per point, layer ``L`` and parameter
 set: the top ``k`` modes of the reduced operator ``S^{1/2} K_r S^{1/2}`` by Lanczos and the top
 ``pca_k`` principal components of the output of block ``L``; :func:`ntkbook.gemma.modes.layer_point`),
 with three changes that a careful reader of the first version asked for:

