@@ -31,7 +31,7 @@ ifeq ($(origin NTKBOOK_DATA), undefined)
   endif
 endif
 
-.PHONY: help setup data book chapter lab test browser clean lock
+.PHONY: help setup data book chapter lab test test-slow browser clean lock
 
 help:
 	@echo "make setup             create .venv and install the pinned dependencies (hash-checked) and this package"
@@ -41,6 +41,7 @@ help:
 	@echo "make lab CH=name       open a chapter as a notebook in JupyterLab (installs the [notebook] extra)"
 	@echo "make data              fetch and check every data file (DATA=dir, default \$$NTKBOOK_DATA or ~/.cache/ntkbook; CH=name: one chapter's)"
 	@echo "make test              run all tests (unit, chapters at smoke scale, book build, browser check)"
+	@echo "make test-slow         the slow checks CI runs on a sample (whole reproductions of stored results; weekly)"
 	@echo "make lock              regenerate requirements/lock.txt from the pins in pyproject.toml (needs the network)"
 	@echo "make clean             remove build outputs"
 
@@ -99,6 +100,10 @@ browser:
 
 test: setup browser
 	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+
+# The tests marked slow (whole reproductions CI checks on a sample); the weekly reproduce.yml runs it.
+test-slow: setup
+	$(PY) -m pytest -q --slow -m slow
 
 clean:
 	rm -rf _build .cache _mathjax

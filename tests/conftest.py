@@ -8,7 +8,8 @@ below). The two book builds (tests/book_builds.py) are the longest single pieces
 process each: as soon as a worker has collected the tests, the controller starts each build that a collected test reads as a
 background process, and the tests that read a build are collected last, so the workers run the
 unit tests while the builds run and a test that reads a build rarely waits. Without xdist the
-first test that needs a build runs it."""
+first test that needs a build runs it. Tests marked ``slow`` (whole reproductions of stored
+results that CI checks on a sample) run only with ``--slow``: ``make test-slow``, weekly."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# One OpenBLAS thread per process: the suite runs two workers and two book builds (each with its
+# kernel) on two cores, and OpenBLAS's threads spin while they wait, so with its default (a thread
+# per core) each process burns twice the CPU for the same numpy work (measured on a busy 2-core
+# machine: gram_conditioning's analysis of one data set, 7.8 s of CPU against 3.4 s). Set before
+# numpy is imported; the builds inherit it. An explicit setting is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 if not os.environ.get("NTKBOOK_DATA") and (REPO.parent / "shared" / "data").is_dir():
     os.environ["NTKBOOK_DATA"] = str(REPO.parent / "shared" / "data")
@@ -45,9 +53,21 @@ def _reads_build(nodeid: str) -> str | None:
     return next((name for name, reader in book_builds.READERS.items() if path == reader), None)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (the weekly workflow reproduce.yml runs them: "
+                          "`make test-slow`); without it they are reported as skipped")
+
+
 def pytest_collection_modifyitems(config, items):
-    """The tests that read a book build go last (stable: the rest keep their order)."""
+    """The tests that read a book build go last (stable: the rest keep their order); the tests
+    marked ``slow`` are skipped, with the reason, unless ``--slow`` is given."""
     items.sort(key=lambda item: _reads_build(item.nodeid) is not None)
+    if not config.getoption("--slow"):
+        skip = pytest.mark.skip(reason="slow: run weekly by .github/workflows/reproduce.yml (make test-slow)")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -10,18 +10,19 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from ntkbook import experiments  # noqa: E402
 from ntkbook.experiments import entk_convergence, lanczos_ghosts  # noqa: E402
 from ntkbook.store import Store  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def convergence(data_dir):
-    return entk_convergence.run(entk_convergence.Config.smoke())
+    return experiments.load_or_run("entk_convergence", "smoke")  # the smoke book's, when today's code made it
 
 
 @pytest.fixture(scope="module")
 def ghosts(data_dir):
-    return lanczos_ghosts.run(lanczos_ghosts.Config.smoke())
+    return experiments.load_or_run("lanczos_ghosts", "smoke")
 
 
 def test_convergence_smoke_is_sane(convergence):

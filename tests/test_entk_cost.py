@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 
 from ntkbook.book.report import source_code  # noqa: E402
 from ntkbook.errors import InputError  # noqa: E402
+from ntkbook import experiments  # noqa: E402
 from ntkbook.experiments import entk_cost  # noqa: E402
 from ntkbook.models import mlp  # noqa: E402
 from ntkbook.store import Store  # noqa: E402
@@ -24,7 +25,7 @@ CHAPTER = Path(__file__).resolve().parents[1] / "book" / "entk_lanczos.md"
 
 @pytest.fixture(scope="module")
 def cost(data_dir):
-    return entk_cost.run(entk_cost.Config.smoke())
+    return experiments.load_or_run("entk_cost", "smoke")  # the smoke book's, when today's code made it
 
 
 def test_the_result_holds_every_key_the_chapter_reads(cost):

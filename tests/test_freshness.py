@@ -171,7 +171,10 @@ def test_sample_configs_are_subsets():
             a, b = getattr(full, f.name), getattr(sub, f.name)  # change (e.g. fewer snapshots)
             if isinstance(a, tuple):
                 assert set(b) <= set(a), (name, f.name)
-        assert sub.seeds[0] == full.seeds[0], name  # first-seed-only arrays stay comparable
+        if hasattr(full, "seeds"):  # a seeded sweep (gram_conditioning has one subset seed, kept)
+            assert sub.seeds[0] == full.seeds[0], name  # first-seed-only arrays stay comparable
+        else:
+            assert sub.seed == full.seed, name  # the same image subset
 
 
 # -- reproduce -----------------------------------------------------------------------------------
@@ -284,21 +287,51 @@ def test_cli_errors_are_one_line(tmp_path):
 
 
 # -- CI re-verifies the cheap stored entries -----------------------------------------------------
-#: stored entries recomputed by every test run (seconds each): a code change that moves one of
-#: their numbers fails here, naming the entry and the value
-CHEAP = ["demo_sweep", "gram_conditioning", "lanczos_ghosts"]
+#: stored entries recomputed by every test run, whole or (``True``) on the experiment's sample
+#: (``reproduce_sample``: ``gram_conditioning`` on its first data set, a third of its minute): a
+#: code change that moves one of their numbers fails here, naming the entry and the value. The
+#: weekly workflow ``.github/workflows/reproduce.yml`` reproduces them whole (``--slow``).
+CHEAP = {"demo_sweep": False, "gram_conditioning": True, "lanczos_ghosts": False}
 
 
-@pytest.mark.parametrize("name", CHEAP)
-def test_cheap_stored_results_are_reproduced_by_todays_code(name, tmp_path):
+def _reproduce_stored(name: str, tmp_path, sample: bool) -> None:
     src = experiments.store_for("paper")
     store = Store(tmp_path / "results")
     for entry in (src.root / name).iterdir():
         shutil.copytree(entry, store.root / name / entry.name)
-    reps = freshness.reproduce(name, store, record=False, report=lambda s: None)
+    reps = freshness.reproduce(name, store, sample=sample, record=False, report=lambda s: None)
+    assert reps, f"no stored {name} entry was reproduced"
     for rep in reps:
         assert rep.agree, (f"today's code no longer reproduces the stored {name} entry "
-                           f"{rep.entry.name}: {rep.comparison.summary(n=5)}")
+                           f"{rep.entry.name}" + (f" on its sample ({rep.sample})" if sample else "")
+                           + f": {rep.comparison.summary(n=5)}")
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_cheap_stored_results_are_reproduced_by_todays_code(name, tmp_path):
+    _reproduce_stored(name, tmp_path, sample=CHEAP[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n, sampled in CHEAP.items() if sampled])
+def test_cheap_stored_results_are_reproduced_whole(name, tmp_path):
+    _reproduce_stored(name, tmp_path, sample=False)
+
+
+def test_the_gram_sample_is_the_first_data_set_and_its_view_matches_the_whole():
+    """The sample's config is the first data set, and the view of the stored (whole) result and of
+    a result of the sample's config hold the same keys."""
+    from ntkbook.experiments import gram_conditioning
+
+    whole = gram_conditioning.Config.paper()
+    sub, what = gram_conditioning.reproduce_sample(whole)
+    assert sub.datasets == whole.datasets[:1] and sub.n_per_class == whole.n_per_class
+    assert what == f"data set {whole.datasets[0]} (of {len(whole.datasets)})"
+    stored = experiments.load_stored("gram_conditioning", "paper")
+    a, s = gram_conditioning.sample_view(stored, sub)
+    assert a and all(k == "rel_ridges" or k.startswith(f"{sub.datasets[0]}/") for k in a)
+    assert set(s["per_dataset"]) == {sub.datasets[0]}
+    assert len(a) < len(stored.arrays)  # the other data sets are left out
 
 
 def test_a_reverification_from_uncommitted_code_is_refused_in_a_clean_store(tmp_path):

@@ -465,6 +465,12 @@ def test_what_the_workflows_do():
     links = _workflow("links.yml")
     assert links["on"]["schedule"][0]["cron"].split()[2:] == ["*", "*", "1"]  # weekly
     assert any("htmlcheck --online" in s.get("run", "") for s in _steps(links))
+    weekly = _workflow("reproduce.yml")
+    assert weekly["on"]["schedule"][0]["cron"].split()[2:4] == ["*", "*"]  # weekly
+    runs = [s.get("run", "") for s in _steps(weekly)]
+    order = ["make setup", "make data", "make test-slow"]
+    at = [next(i for i, r in enumerate(runs) if o in r) for o in order]
+    assert at == sorted(at), runs
 
 
 # ------------------------------------------------------------------------------------------------

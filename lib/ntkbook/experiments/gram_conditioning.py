@@ -209,3 +209,19 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     arrays["rel_ridges"] = np.asarray(config.rel_ridges)
     return Result(name=NAME, config=dataclasses.asdict(config), arrays=arrays, scalars=scalars)
 
+
+
+def reproduce_sample(config: Config) -> tuple[Config, str]:
+    """The sample ``python -m ntkbook reproduce gram_conditioning --sample`` recomputes: the first
+    data set (each data set is analysed on its own, :func:`analyse`)."""
+    sub = dataclasses.replace(config, datasets=config.datasets[:1])
+    return sub, f"data set {sub.datasets[0]} (of {len(config.datasets)})"
+
+
+def sample_view(result: Result, sample: Config) -> tuple[dict, dict]:
+    """The part of ``result`` that the sample's data sets make (:func:`reproduce_sample`): their
+    arrays, the ridges, and their ``per_dataset`` scalars."""
+    arrays = {k: v for k, v in result.arrays.items()
+              if k == "rel_ridges" or k.partition("/")[0] in sample.datasets}
+    scalars = {"per_dataset": {d: result.scalars["per_dataset"][d] for d in sample.datasets}}
+    return arrays, scalars
