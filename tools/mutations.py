@@ -270,6 +270,11 @@ MUTATIONS = [
     M("S14", "store.py", "a stored entry is loaded under the exclusive lock",
       ("        if not recompute:  # a stored entry is read under the shared lock, like any other read",
        "        if False:"), ("tests/test_faults.py",)),
+    M("S15", "store.py", "the archived entries (retired experiments) listed as an experiment named archive",
+      ("                and f.parent.name != ARCHIVE]", "                ]"), STORE),
+    M("S16", "store.py", "an archived entry found by its first matching config value only",
+      ("            if all(k in config and config[k] == v for k, v in want.items()):",
+       "            if any(k in config and config[k] == v for k, v in want.items()):"), STORE),
     # -- experiments ----------------------------------------------------------------------------
     M("X1", "experiments/modular_mlp.py", "first-cliff theory 4*floor(p/2) -> 2p",
       ("\"first_cliff_theory\": 4 * (config.p // 2),", "\"first_cliff_theory\": 2 * config.p,"), MOD),
@@ -285,8 +290,15 @@ MUTATIONS = [
        "    \"width\": v.positive_int,\n"), VALID),
     M("V3", "validate.py", "bool accepted as an integer",
       ("return isinstance(value, int) and not isinstance(value, bool)", "return isinstance(value, int)"), VALID),
-    M("V4", "validate.py", "NaN accepted as a finite number",
-      ("ok = _is_number(value) and math.isfinite(value)", "ok = _is_number(value) and not math.isinf(value)"), VALID),
+    # NaN is refused twice in number_in (isfinite, and the interval's comparisons, all False for
+    # NaN): weakening one guard alone is an equivalent mutant (it survived every run), so V4
+    # weakens both, the way a NaN slips through: isinf for isfinite, the interval as negations
+    M("V4", "validate.py", "NaN accepted as a finite number (isinf for isfinite, the interval negated)",
+      ("    ok = _is_number(value) and math.isfinite(value)\n    if ok:\n"
+       "        ok = (value >= low if low_closed else value > low) and (value <= high if high_closed else value < high)\n",
+       "    ok = _is_number(value) and not math.isinf(value)\n    if ok:\n"
+       "        ok = not (value < low if low_closed else value <= low) and not (value > high if high_closed else value >= high)\n"),
+      VALID),
     M("Q1", "ntk/gram.py", "NaN/inf spectra not refused",
       ("    if not np.all(np.isfinite(lam)):\n", "    if False:\n"), GUARDS),
     M("Q2", "ntk/gram.py", "negative eigenvalues beyond round-off not refused",
