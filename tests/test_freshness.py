@@ -392,3 +392,37 @@ def test_gram_conditioning_tolerance_only_loosens_the_naive_kappa_and_the_identi
     assert not _agrees("gram_conditioning", **{"per_dataset.mnist.kappa_Gt_naive_eigh": lambda x: x * 3})
     assert not _agrees("gram_conditioning", **{"per_dataset.mnist.kappa_G": lambda x: x * (1 + 1e-4)})
     assert not _agrees("gram_conditioning", **{"per_dataset.mnist.kappa_Gt_measured": lambda x: x * (1 + 1e-4)})
+
+
+def test_compare_up_to_sign_aligns_each_column_and_nothing_more():
+    v = np.array([[0.6, 0.0], [0.8, 1.0]])
+    stored = {"vec": v}
+    tol = {"up_to_sign": {"vec": "eigenvectors"}}
+    flipped = {"vec": v * np.array([-1.0, 1.0])}
+    assert freshness.compare(stored, flipped, tol).agree
+    assert not freshness.compare(stored, flipped).agree  # without the pattern a flip is a change
+    # one entry negated is not a sign: still a failure
+    assert not freshness.compare(stored, {"vec": np.array([[-0.6, 0.0], [0.8, 1.0]])}, tol).agree
+    # aligned, the usual tolerance applies
+    assert not freshness.compare(stored, {"vec": -v * (1 + 1e-4)}, tol).agree
+    # a NaN is never aligned away
+    assert not freshness.compare(stored, {"vec": np.array([[np.nan, 0.0], [0.8, 1.0]])}, tol).agree
+
+
+def test_modular_transformer_tolerance_lets_signs_and_lanczos_round_off_move_and_nothing_else():
+    # what a rerun on another x86 CPU moved (2026-12-04): eigenvector columns negated, entries by
+    # 7e-9 once aligned, Lanczos's 1e-15 error by a factor of two
+    key = "replay/ml_eigenvectors/W_Q"
+    assert _agrees("modular_transformer",
+                   **{key: lambda x: x * np.where(np.arange(x.shape[1]) % 2, -1.0, 1.0) + 7e-9,
+                      "main_analysis.lanczos.W_in.default.max_rel_error": lambda x: 2 * x})
+    # what would be a different result: an eigenvector moved by 1e-4, one entry's sign, an
+    # eigenvalue by 1e-4, a Lanczos error a hundred times larger, the eigenvectors of another tensor
+    assert not _agrees("modular_transformer", **{key: lambda x: x + 1e-4 * np.abs(x).max()})
+    assert not _agrees("modular_transformer", **{key: lambda x: np.where(
+        np.arange(x.size).reshape(x.shape) == np.argmax(np.abs(x)), -x, x)})
+    assert not _agrees("modular_transformer",
+                       **{"replay/ml_eigenvalues/W_Q": lambda x: x * (1 + 1e-4)})
+    assert not _agrees("modular_transformer",
+                       **{"main_analysis.lanczos.W_in.default.max_rel_error": lambda x: 100 * x})
+    assert not _agrees("modular_transformer", **{key: lambda x: x[:, ::-1].copy()})

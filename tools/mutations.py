@@ -262,6 +262,13 @@ MUTATIONS = [
       ("        if self.require_clean and not prov.get(\"WARNING\"):\n            if prov.get(\"git_commit\") is None",
        "        if False:\n            if prov.get(\"git_commit\") is None"),
       ("tests/test_freshness.py",)),
+    M("R8", "freshness.py", "eigenvector columns aligned by the wrong sign",
+      ("    return x * np.where(dots < 0, -1.0, 1.0)", "    return x * np.where(dots > 0, -1.0, 1.0)"),
+      ("tests/test_freshness.py",)),
+    M("R9", "freshness.py", "any array compared up to sign, patterned or not",
+      ("                                    up_to_sign=_match(key, signless) is not None))",
+       "                                    up_to_sign=True))"),
+      ("tests/test_freshness.py",)),
     # -- locks with the results (tests/test_faults.py) -------------------------------------------
     M("S13", "store.py", "the entry locks kept per checkout (scratch), not with the results",
       ("        return self.root / LOCKS / name / f\"{version}-{config_hash(config)}.lock\"",

@@ -22,8 +22,11 @@ An experiment module may define, besides ``NAME``, ``VERSION``, ``Config`` and `
 
 - ``REPRODUCE_TOLERANCE``: a dict with ``rtol`` and ``atol`` (defaults :data:`DEFAULT_TOLERANCE`),
   ``ignore``: ``{pattern: reason}`` for values that are not results (timings) or are round-off by
-  construction, and ``loose``: ``{pattern: {"rtol": .., "atol": ..}}``. Patterns are
-  :mod:`fnmatch` patterns over the keys of :func:`flatten`.
+  construction, ``loose``: ``{pattern: {"rtol": .., "atol": ..}}``, and ``up_to_sign``:
+  ``{pattern: reason}`` for arrays whose columns are eigenvectors, defined only up to sign: each
+  column of the rerun is compared after taking the sign that matches the stored column (the rest
+  of the comparison unchanged). Patterns are :mod:`fnmatch` patterns over the keys of
+  :func:`flatten`.
 - ``reproduce_sample(config) -> (config, description)``: a cheaper config whose points are a
   subset of ``config``'s, and ``sample_view(result, sample_config) -> (arrays, scalars)``: the
   part of a result (the stored one or the sample's) that belongs to those points.
@@ -267,8 +270,19 @@ def _match(key: str, patterns: Mapping[str, Any]) -> Any:
     return None
 
 
-def _compare_value(key: str, a: Any, b: Any, rtol: float, atol: float) -> Difference:
-    """``a``: the rerun's value, ``b``: the stored one."""
+def _align_signs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x`` (``(..., n, k)``: ``k`` columns) with each column ``x[..., :, j]`` multiplied by the
+    sign that best matches the same column of ``y``: eigenvectors are defined only up to sign."""
+    if x.ndim < 2 or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return x
+    dots = np.sum(x * y, axis=-2, keepdims=True)
+    return x * np.where(dots < 0, -1.0, 1.0)
+
+
+def _compare_value(key: str, a: Any, b: Any, rtol: float, atol: float,
+                   up_to_sign: bool = False) -> Difference:
+    """``a``: the rerun's value, ``b``: the stored one; ``up_to_sign``: the columns of an array
+    are compared up to sign (:func:`_align_signs`)."""
     numeric = (int, float, np.ndarray, np.generic)
     if isinstance(a, numeric) and isinstance(b, numeric) and not isinstance(a, bool) \
             and not isinstance(b, bool):
@@ -280,6 +294,8 @@ def _compare_value(key: str, a: Any, b: Any, rtol: float, atol: float) -> Differ
             return Difference(key, 0.0 if same else math.inf, 0.0 if same else math.inf, same,
                               "" if same else "values differ")
         x, y = x.astype(float), y.astype(float)
+        if up_to_sign:
+            x = _align_signs(x, y)
         if x.size == 0:
             return Difference(key, 0.0, 0.0, True)
         nan_x, nan_y = np.isnan(x), np.isnan(y)
@@ -309,6 +325,7 @@ def compare(stored: Mapping[str, Any], fresh: Mapping[str, Any],
     docstring). A key in one and not the other is a failure."""
     tol = {**DEFAULT_TOLERANCE, **(tolerance or {})}
     ignore, loose = {**WALL_TIMES, **tol.get("ignore", {})}, dict(tol.get("loose", {}))
+    signless = dict(tol.get("up_to_sign", {}))
     diffs, ignored = [], {}
     for key in sorted(set(stored) | set(fresh)):
         why = _match(key, ignore)
@@ -320,7 +337,8 @@ def compare(stored: Mapping[str, Any], fresh: Mapping[str, Any],
             diffs.append(Difference(key, math.inf, math.inf, False, f"missing in {where}"))
             continue
         t = {**tol, **(_match(key, loose) or {})}
-        diffs.append(_compare_value(key, fresh[key], stored[key], t["rtol"], t["atol"]))
+        diffs.append(_compare_value(key, fresh[key], stored[key], t["rtol"], t["atol"],
+                                    up_to_sign=_match(key, signless) is not None))
     diffs.sort(key=lambda d: (d.ok, -d.max_rel, -d.max_abs, d.key))
     return Comparison(diffs, ignored)
 
