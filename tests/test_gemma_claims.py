@@ -299,3 +299,116 @@ def test_the_lanczos_row_shows_gemmas_pinned_vectors_without_judging_them():
     with mock.patch.object(lanczos, "ghosts_rows", lambda r: [judged]):
         (merged,) = lanczos.scorecard({"lanczos_ghosts": object(), "gemma_probe": res})
     assert merged["verdict"] == "reproduces" and "7 of 8" in merged["ours"]
+
+
+@pytest.fixture(scope="module")
+def stored_beside():
+    """The stored paper-scale result beside the author's (one evaluation per split and task)."""
+    from ntkbook import experiments
+
+    res = experiments.load_stored("gemma_probe", "paper")
+    return res, claims.beside_author(res)
+
+
+def test_beside_author_rows_are_the_stored_readings_and_the_macro_their_mean(stored_beside):
+    res, bes = stored_beside
+    assert bes["layer"] == claims.main_layer(res) and bes["n_splits"] == res.config["n_splits"]
+    for family, author in claims.AUTHOR_LAYER16.items():
+        fam = bes[family]
+        assert [r["task"] for r in fam["rows"]] == list(author)
+        table = {r["task"]: r for r in claims.split_table(gemma_probe.point(res, bes["layer"]), family)}
+        both = [r for r in fam["rows"] if r["ours"] is not None]
+        assert [r["task"] for r in both] == fam["macro"]["tasks"] and fam["missing"] == [
+            r["task"] for r in fam["rows"] if r["ours"] is None]
+        for r in fam["rows"]:
+            assert r["author"] == dict(zip(claims.AUTHOR_COLUMNS, author[r["task"]]))
+            if r["ours"] is None:
+                assert r["task"] not in table
+                continue
+            # the re-evaluation on the stored splits gives the stored means and differences
+            assert r["ours"]["entk_ap"]["mean"] == pytest.approx(table[r["task"]]["entk_ap"], abs=1e-12)
+            assert r["ours"]["pca_ap"]["mean"] == pytest.approx(table[r["task"]]["pca_ap"], abs=1e-12)
+            np.testing.assert_allclose(np.subtract(r["ours"]["entk_ap"]["splits"], r["ours"]["pca_ap"]["splits"]),
+                                       table[r["task"]]["ap_diffs"], atol=1e-12)
+            for c in claims.AUTHOR_COLUMNS:
+                o = r["ours"][c]
+                assert len(o["splits"]) == bes["n_splits"] and o["lo"] <= o["median"] <= o["hi"]
+                assert o["lo"] == min(o["splits"]) and o["hi"] == max(o["splits"])
+        macro = fam["macro"]
+        for c in claims.AUTHOR_COLUMNS:
+            # ours: the per-split mean over the shared tasks, so its mean is the mean of the rows' means
+            np.testing.assert_allclose(macro["ours"][c]["splits"],
+                                       np.mean([r["ours"][c]["splits"] for r in both], axis=0))
+            assert macro["ours"][c]["mean"] == pytest.approx(np.mean([r["ours"][c]["mean"] for r in both]))
+            # his: the mean of his per-task numbers over the same tasks
+            i = claims.AUTHOR_COLUMNS.index(c)
+            assert macro["author"][c] == pytest.approx(np.mean([author[t][i] for t in macro["tasks"]]))
+    # every part of speech is a task here; Mood=Ind cannot be one with spaCy's labels (Table 7.4)
+    assert bes["pos"]["missing"] == [] and "Mood=Ind" in bes["morph"]["missing"]
+    assert bes["pos"]["macro"]["author"]["entk_ap"] == pytest.approx(
+        np.mean([v[0] for v in claims.AUTHOR_LAYER16["pos"].values()]))
+
+
+def _moved(bes, family, column, value):
+    """``bes`` with the author's macro ``column`` of ``family`` set to ``value``."""
+    import copy
+
+    out = copy.deepcopy(bes)
+    out[family]["macro"]["author"][column] = value
+    return out
+
+
+def test_the_gap_sentence_says_where_the_authors_macro_lies(stored_beside):
+    _, bes = stored_beside
+    o = bes["pos"]["macro"]["ours"]["entk_ap"]
+    assert claims.author_place(o["hi"] + 0.01, o) == "above" and claims.author_place(o["lo"] - 0.01, o) == "below"
+    assert claims.author_place(o["mean"], o) == "inside"
+    texts = {}
+    for where, value in (("above", o["hi"] + 0.01), ("inside", o["mean"]), ("below", o["lo"] - 0.01)):
+        text = claims.author_gap_reading(_moved(bes, "pos", "entk_ap", value), "pos")
+        assert text.startswith(f"Over the 8 parts of speech both report, the author's macro AP is {value:.3f} "
+                               f"for the eNTK, {where} the range of ours ({o['lo']:.3f}–{o['hi']:.3f};"), text
+        texts[where] = text
+    assert len(set(texts.values())) == 3
+    # with all four of his values inside our ranges the sentence says so; one outside is named
+    inside = bes
+    for c in claims.AUTHOR_COLUMNS:
+        inside = _moved(inside, "pos", c, bes["pos"]["macro"]["ours"][c]["mean"])
+    assert "All four of his macro values lie within the spread of ours" in claims.author_gap_reading(inside, "pos")
+    one = _moved(inside, "pos", "pca_auroc", bes["pos"]["macro"]["ours"]["pca_auroc"]["hi"] + 0.01)
+    assert "Outside our ranges: PCA AUROC: the gap is PCA's" in claims.author_gap_reading(one, "pos")
+    # the scorecard line carries the same places
+    line = claims.author_macro_line(_moved(bes, "pos", "entk_ap", o["lo"] - 0.01), "pos")
+    assert f"eNTK AP {o['lo'] - 0.01:.3f} against {o['mean']:.3f} ({o['lo']:.3f}–{o['hi']:.3f}, below)" in line
+    assert ";" not in line
+
+
+def test_the_scorecard_rows_show_the_authors_macro_beside_ours(stored_beside):
+    res, bes = stored_beside
+    rows = {r["claim"]: r for r in claims.scorecard({"gemma_probe": res})}
+    for claim, family in (("B.gemma.pos_vs_pca", "pos"), ("B.gemma.morph_vs_pca", "morph")):
+        assert claims.author_macro_line(bes, family) in rows[claim]["ours"]
+    # a synthetic result whose features the author never reported: no line beside his
+    synthetic = {r["claim"]: r for r in claims.scorecard({"gemma_probe": _result([0.8] * 8, [0.8])})}
+    assert "the author's macro" in synthetic["B.gemma.pos_vs_pca"]["ours"]
+    assert "the author's macro" not in synthetic["B.gemma.morph_vs_pca"]["ours"]
+
+
+def test_beside_author_without_shared_tasks_compares_nothing():
+    bes = claims.beside_author(_result([0.8] * 8, [0.8]))
+    assert bes["morph"]["macro"] == {"task": "macro", "tasks": [], "ours": None, "author": None}
+    assert bes["morph"]["missing"] == list(claims.AUTHOR_LAYER16["morph"])
+    assert claims.author_gap_reading(bes, "morph") == ("None of the morphological features the author reports is "
+                                                       "a task here, so there is no macro to compare.")
+    assert claims.author_macro_line(bes, "morph") == "" and claims.author_first_data_reading(bes, None) == ""
+
+
+def test_the_first_data_set_is_placed_against_our_range_and_the_authors(stored_beside):
+    _, bes = stored_beside
+    (first,) = [r for r in claims.depth_rows(claims.first_sweep(128), "first") if r["param_set"] == "down_proj"]
+    o, a = bes["pos"]["macro"]["ours"]["entk_ap"], bes["pos"]["macro"]["author"]["entk_ap"]
+    text = claims.author_first_data_reading(bes, first)
+    assert (f"{first['entk_ap']:.3f} for the eNTK ({claims.author_place(first['entk_ap'], o)} our range, "
+            f"{first['entk_ap'] - a:+.3f} from the author's {a:.3f})") in text
+    moved = dict(first, entk_ap=o["lo"] - 0.01)
+    assert "for the eNTK (below our range" in claims.author_first_data_reading(bes, moved)

@@ -36,6 +36,8 @@ from ntkbook.verdicts import DOES_NOT, by_threshold, ladder
 __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_ADMITTED", "AUTHOR_LAYER16",
            "FIRST_SWEEP_LAYERS", "N_LAYERS", "stored", "data_set", "main_layer", "robust", "robust_wins",
            "macro_difference", "split_table", "morph_admitted_beside_author", "author_wins",
+           "AUTHOR_COLUMNS", "beside_author", "author_place", "author_gap_reading", "author_macro_line",
+           "author_first_data_reading",
            "archived", "first_data", "probe_sweep", "first_sweep", "depth_rows", "depth_reading", "PINNED_RATIO", "ritz_convergence",
            "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard"]
 
@@ -467,6 +469,165 @@ def top_contexts(result: Result, task: str, n: int, layer: int | None = None) ->
     return row, test[np.argsort(-(row["entk_sign"] * scores[row["entk_mode"], test]), kind="stable")[:n]]
 
 
+# ---- our numbers beside the author's ---------------------------------------------------------------
+
+#: the four numbers of a task, in the order of :data:`AUTHOR_LAYER16`'s tuples
+AUTHOR_COLUMNS = ("entk_ap", "pca_ap", "entk_auroc", "pca_auroc")
+#: what the chapter and the scorecard call each of :data:`AUTHOR_COLUMNS`
+COLUMN_NAMES = {"entk_ap": "eNTK AP", "pca_ap": "PCA AP", "entk_auroc": "eNTK AUROC", "pca_auroc": "PCA AUROC"}
+
+
+def _spread(values) -> dict:
+    """``mean``, ``median``, ``lo`` (min) and ``hi`` (max) of per-split values, and the values
+    themselves (``splits``)."""
+    v = np.asarray(values, float)
+    return {"mean": float(v.mean()), "median": float(np.median(v)), "lo": float(v.min()), "hi": float(v.max()),
+            "splits": v.tolist()}
+
+
+def _task_masks(result: Result, family: str, names) -> dict[str, np.ndarray]:
+    """Task name -> (N,) bool for the named tasks of ``family``: a part of speech from the stored
+    labels, a "Feature=Value" from the stored morphology strings of the contexts (as
+    :func:`ntkbook.gemma.probe.morph_tasks` reads them)."""
+    if not names:
+        return {}
+    if family == "pos":
+        tasks = _pos_tasks(result)
+        return {t: tasks[t] for t in names}
+    morph = result["morph"]
+    return {t: np.array([t in (m or "").split("|") for m in morph]) for t in names}
+
+
+@_memo
+def beside_author(result: Result, layer: int | None = None) -> dict:
+    """Our test AP and AUROC beside the author's (:data:`AUTHOR_LAYER16`, his one stratified 50 %
+    split), per task he reports at layer 16 (the eight parts of speech, the morphological features
+    his filter admitted) and over them (macro).
+
+    On every stored split by story, each task's eNTK mode and principal component are chosen on the
+    training side and scored on the test side, as the experiment did
+    (:func:`ntkbook.gemma.probe.evaluate_task`; their means are those of :func:`split_table`).
+    Returns ``layer``, ``n_splits`` and, per family (``"pos"``, ``"morph"``), a dict with
+
+    - ``rows``: one per task of the author's, in his order: ``task``, ``support`` (its contexts
+      here, 0 where our data has no such task), ``ours`` (None where our data has no such task,
+      else :data:`AUTHOR_COLUMNS` -> ``mean``, ``median``, ``lo``, ``hi`` over the splits and the
+      per-split values ``splits``) and ``author`` (:data:`AUTHOR_COLUMNS` -> his number);
+    - ``macro``: the same over the tasks both report (``tasks``): ``ours`` from the per-split mean
+      over those tasks (so its ``mean`` is the mean of the rows' means), ``author`` the mean of his
+      numbers on the same tasks; both None when no task is shared;
+    - ``missing``: the author's tasks our data does not have."""
+    from ntkbook.gemma import probe  # noqa: PLC0415
+
+    layer = main_layer(result) if layer is None else layer
+    p = gemma_probe.point(result, layer)
+    entk = np.asarray(result[gemma_probe.point_key(layer, "down_proj", "entk_scores")])
+    pca = np.asarray(result[gemma_probe.point_key(layer, "down_proj", "pca_scores")])
+    splits = _splits(result)
+    out: dict = {"layer": layer, "n_splits": len(splits)}
+    for family, author in AUTHOR_LAYER16.items():
+        ours = {r["task"]: r for r in p.get(f"{family}_splits", [])}
+        shared = [t for t in author if t in ours]
+        masks = _task_masks(result, family, shared)
+        rows = []
+        for task, numbers in author.items():
+            row = {"task": task, "support": ours[task]["support"] if task in ours else 0, "ours": None,
+                   "author": dict(zip(AUTHOR_COLUMNS, numbers))}
+            if task in ours:
+                per = {"entk_ap": [], "pca_ap": [], "entk_auroc": [], "pca_auroc": []}
+                for train, test in splits:
+                    e = probe.evaluate_task(entk, masks[task], train, test)
+                    c = probe.evaluate_task(pca, masks[task], train, test)
+                    per["entk_ap"].append(e["ap"])
+                    per["pca_ap"].append(c["ap"])
+                    per["entk_auroc"].append(e["auroc"])
+                    per["pca_auroc"].append(c["auroc"])
+                row["ours"] = {k: _spread(v) for k, v in per.items()}
+            rows.append(row)
+        both = [r for r in rows if r["ours"] is not None]
+        macro = {"task": "macro", "tasks": shared, "ours": None, "author": None}
+        if both:
+            macro["ours"] = {k: _spread(np.mean([r["ours"][k]["splits"] for r in both], axis=0))
+                             for k in AUTHOR_COLUMNS}
+            macro["author"] = {k: float(np.mean([r["author"][k] for r in both])) for k in AUTHOR_COLUMNS}
+        out[family] = {"rows": rows, "macro": macro, "missing": [t for t in author if t not in ours]}
+    return out
+
+
+def author_place(value: float, ours: Mapping) -> str:
+    """Where the author's ``value`` lies against our split range (``ours``: a ``lo``/``hi`` dict of
+    :func:`beside_author`): ``"below"``, ``"inside"`` or ``"above"``."""
+    return "below" if value < ours["lo"] else "above" if value > ours["hi"] else "inside"
+
+
+def author_gap_reading(beside: Mapping, family: str = "pos") -> str:
+    """The gap between the author's macro numbers and ours for ``family``, as a sentence computed
+    from ``beside`` (:func:`beside_author`): for the eNTK and for PCA, by AP and by AUROC, his
+    macro value, whether it lies below, inside or above the range of ours over the splits, and its
+    distance from our mean; which of his four values lie outside our ranges; and where his eNTK − PCA
+    difference in macro AP lies against the per-split range of ours."""
+    fam = beside[family]
+    macro = fam["macro"]
+    if macro["ours"] is None:
+        return f"None of the {FAMILIES[family]} the author reports is a task here, so there is no macro to compare."
+    n, k = len(macro["tasks"]), beside["n_splits"]
+    place = {c: author_place(macro["author"][c], macro["ours"][c]) for c in AUTHOR_COLUMNS}
+
+    def one(c: str) -> str:
+        o, a = macro["ours"][c], macro["author"][c]
+        return (f"{a:.3f} for {'the eNTK' if c.startswith('entk') else 'PCA'}, {place[c]} the range of ours "
+                f"({o['lo']:.3f}–{o['hi']:.3f}; {a - o['mean']:+.3f} from our mean {o['mean']:.3f})")
+
+    text = (f"Over the {n} {FAMILIES[family]} both report, the author's macro AP is {one('entk_ap')} and "
+            f"{one('pca_ap')}; his macro AUROC is {one('entk_auroc')} and {one('pca_auroc')}, our ranges "
+            f"being those over the {k} splits by story.")
+    out = [c for c in AUTHOR_COLUMNS if place[c] != "inside"]
+    if not out:
+        text += " All four of his macro values lie within the spread of ours over the splits."
+    else:
+        entk_only, pca_only = (all(c.startswith(m) for c in out) for m in ("entk", "pca"))
+        ends = ("" if len(out) == len(AUTHOR_COLUMNS) else
+                ": the gap is the eNTK's, our principal components do as well as his" if entk_only else
+                ": the gap is PCA's, our eNTK modes do as well as his" if pca_only else "")
+        text += f" Outside our ranges: {', '.join(COLUMN_NAMES[c] for c in out)}{ends}."
+    ours_diff = _spread(np.subtract(macro["ours"]["entk_ap"]["splits"], macro["ours"]["pca_ap"]["splits"]))
+    his_diff = macro["author"]["entk_ap"] - macro["author"]["pca_ap"]
+    return text + (f" His eNTK − PCA difference in macro AP is {his_diff:+.3f}, {author_place(his_diff, ours_diff)} "
+                   f"the range of ours ({ours_diff['lo']:+.3f} to {ours_diff['hi']:+.3f}, "
+                   f"mean {ours_diff['mean']:+.3f}).")
+
+
+def author_first_data_reading(beside: Mapping, first: Mapping | None) -> str:
+    """The book's first data set beside the author's and our parts-of-speech macro AP: ``first`` is
+    the :func:`depth_rows` row of that data set at the main layer (windows free to overlap, one
+    random split, the same model, labels and agreement filter), or None; says where its eNTK and PCA macro AP
+    lie against our split ranges and against the author's numbers ("" when there is no such row)."""
+    macro = beside["pos"]["macro"]
+    if first is None or macro["ours"] is None:
+        return ""
+    part = []
+    for c, name, value in (("entk_ap", "the eNTK", first["entk_ap"]), ("pca_ap", "PCA", first["pca_ap"])):
+        o, a = macro["ours"][c], macro["author"][c]
+        part.append(f"{value:.3f} for {name} ({author_place(value, o)} our range, "
+                    f"{value - a:+.3f} from the author's {a:.3f})")
+    return (f"On the book's first data set, at the same layer and N = {first['N']}, with the same model, labels and "
+            f"agreement filter but windows free to overlap and one random split, the macro AP over the parts of speech was "
+            f"{part[0]} and {part[1]}.")
+
+
+def author_macro_line(beside: Mapping, family: str) -> str:
+    """One scorecard part (no semicolon): the author's macro numbers for ``family`` beside our mean
+    and split range (:func:`beside_author`), each with :func:`author_place`; "" when no task is shared."""
+    macro = beside[family]["macro"]
+    if macro["ours"] is None:
+        return ""
+    parts = [f"{COLUMN_NAMES[c]} {macro['author'][c]:.3f} against {macro['ours'][c]['mean']:.3f} "
+             f"({macro['ours'][c]['lo']:.3f}–{macro['ours'][c]['hi']:.3f}, "
+             f"{author_place(macro['author'][c], macro['ours'][c])})" for c in AUTHOR_COLUMNS]
+    return (f"the author's macro over the {len(macro['tasks'])} tasks both report (his one split), against "
+            f"our mean and range over {beside['n_splits']} splits: " + ", ".join(parts))
+
+
 # ---- the scorecard ---------------------------------------------------------------------------------
 
 def _family_row(result: Result, family: str, claim: str, need: str) -> dict:
@@ -490,6 +651,9 @@ def _family_row(result: Result, family: str, claim: str, need: str) -> dict:
     ap, ap_std, _ = macro_difference(over, "ap")
     ours = (f"eNTK wins on {len(wins)}/{n} by AP ({', '.join(wins) or 'none'}); macro AP difference "
             f"{ap:+.3f} ± {ap_std:.3f} over splits; by AUROC on {len(wins_auroc)}/{n}")
+    author = author_macro_line(beside_author(result), family)  # at main_layer(result), as here
+    if author:
+        ours += f"; {author}"
     return {"claim": claim, "ours": ours, "verdict": by_threshold(len(wins), full, n / 2),
             "note": f"{scale}; {rule}; reproduces if the eNTK wins on {need}, partly if on at least half"}
 
