@@ -9,11 +9,12 @@ store (:meth:`ntkbook.store.Store.list`), and "today's code" is
 
 Which experiments a chapter reads is read from its source, the way
 :func:`ntkbook.book.report.chapter_knobs` reads its knobs (:func:`chapter_experiments`): the
-registered experiments its code cells name (``load_or_run("gram_conditioning", scale)``, an
-``import`` of the experiment module, a comment naming the entry a helper reads), the
+registered experiments its code cells load by name (``load_or_run("gram_conditioning", scale)``,
+``load_stored(...)``) or import (``from ntkbook.experiments import gemma_probe``), the
 ``EXPERIMENTS`` of the :mod:`ntkbook.claims` modules it imports (the experiments their rules and
-loaders read, e.g. ``claims.lanczos.stored_results``), and, for a page that calls
-``scorecard.collect()``, every experiment that call reads (:func:`scorecard_experiments`).
+loaders read, e.g. ``claims.lanczos.stored_results``), for a page that calls
+``scorecard.collect()`` every experiment that call reads (:func:`scorecard_experiments`), and the
+experiments these load as their inputs (``gemma_probe`` reads ``gemma_pos_windows``).
 
 :func:`chapter_rows` returns one dict per chapter of ``_toc.yml``; :func:`markdown` renders them
 as the table of the book's status page (``book/status.md``).
