@@ -532,6 +532,29 @@ def test_citation_agrees_with_the_book_the_bibtex_and_the_bibliography():
     assert "book/cite.md" in bookbuild.toc_chapters(REPO)
 
 
+def test_zenodo_metadata_agrees_with_the_citation_file():
+    """``.zenodo.json`` (what Zenodo archives a GitHub release with; it takes precedence over
+    CITATION.cff there) is valid JSON and says what CITATION.cff says: title, version, authors,
+    keywords, the code's licence (Zenodo takes one: LICENSE's MIT; the text's CC BY 4.0 is in the
+    notes), and the two papers as the works it references."""
+    zenodo = json.loads((REPO / ".zenodo.json").read_text())
+    cff = _cff()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert zenodo["upload_type"] == cff["type"] == "software"
+    assert zenodo["title"] == cff["title"] and zenodo["version"] == cff["version"]
+    assert zenodo["creators"] == [{"name": a["name"]} for a in cff["authors"]]
+    assert zenodo["keywords"] == cff["keywords"]
+    assert zenodo["license"] == project["license"] and zenodo["license"] in cff["license"]
+    assert (REPO / "LICENSE").read_text().startswith(f"{zenodo['license']} License\n")
+    assert all(lic in zenodo["notes"] for lic in ("LICENSE-text", "CC BY 4.0"))
+    papers = sorted(ident["value"] for ref in cff["references"] for ident in ref["identifiers"])
+    related = zenodo["related_identifiers"]
+    assert sorted(r["identifier"] for r in related) == papers == ["arXiv:2510.00468", "arXiv:2603.13085"]
+    assert {(r["relation"], r["scheme"]) for r in related} == {("references", "arxiv")}
+    assert all(p in zenodo["description"] for p in papers) and zenodo["description"].strip()
+    assert "doi" not in zenodo  # Zenodo mints the DOI of each release; none is written here
+
+
 def test_licences():
     assert (REPO / "LICENSE").read_text().startswith("MIT License\n\nCopyright (c) 2026 the ntkbook authors\n")
     text = (REPO / "LICENSE-text").read_text()
