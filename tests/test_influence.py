@@ -167,3 +167,54 @@ def test_mim_needs_its_steps():
     with pytest.raises(ValueError, match="mim_steps"):
         interventions.run_attack("mim", params, x, np.ones((4, 1)), False, 1, 0.1, settings,
                                  np.ones(4, bool), jax.random.PRNGKey(0))
+
+
+def test_ridge_labels_key_each_ridge_and_its_value_scales_with_n():
+    labels = scores.ridge_labels((1e-3, 0.1), (1e-4,))
+    assert labels == {"lam=0.001": (1e-3, False), "lam=0.1": (0.1, False), "nlam=0.0001": (1e-4, True)}
+    assert scores.ridge_values(labels, 500) == [1e-3, 0.1, 1e-4 * 500]
+
+
+def test_flip_and_rho_per_label_are_flip_rate_and_spearman():
+    rng = np.random.default_rng(0)
+    clean = {"a": rng.normal(size=50), "b": rng.normal(size=50)}
+    after = {"a": -clean["a"], "b": clean["b"] + 0.01 * rng.normal(size=50)}
+    out = scores.flip_and_rho(clean, after, ["a", "b"], fraction=0.2)
+    assert out["a/flip"] == 1.0 and out["a/rho"] == pytest.approx(-1.0)
+    assert out["b/flip"] == scores.flip_rate(clean["b"], after["b"], fraction=0.2) < 0.2
+    assert out["b/rho"] == scores.spearman(clean["b"], after["b"])
+    assert set(out) == {"a/flip", "a/rho", "b/flip", "b/rho"}
+
+
+def test_perturbation_size_is_the_largest_entry_and_the_mean_row_norm():
+    x = np.zeros((2, 3))
+    xa = np.array([[0.1, -0.3, 0.0], [0.0, 0.0, 0.4]])
+    l2_mean = ((0.1**2 + 0.3**2) ** 0.5 + 0.4) / 2
+    assert interventions.perturbation_size(x, xa) == {"linf": 0.4, "l2_mean": pytest.approx(l2_mean)}
+
+
+def test_clean_point_is_the_influence_and_krr_accuracy_at_each_ridge():
+    rng = np.random.default_rng(1)
+    n, T, C = 30, 12, 3
+    F, Fx = rng.normal(size=(n, 8)), rng.normal(size=(T, 8))
+    K, Kx = F @ F.T, Fx @ F.T
+    ltr, lte = rng.integers(0, C, n), rng.integers(0, C, T)
+    labels = scores.ridge_labels((0.5,), (0.1,))
+    arrays, sc = interventions.clean_point(K, Kx, targets(ltr, C), lte, C, labels, 0.2)
+    for label, lam in (("lam=0.5", 0.5), ("nlam=0.1", 0.1 * n)):
+        I0 = scores.ntk_influence(K, Kx, targets(ltr, C), targets(lte, C), lam)
+        np.testing.assert_array_equal(arrays[f"influence_clean@{label}"], I0)
+        pred = scores.krr_predict(scores.krr_fit(K, targets(ltr, C), lam), Kx)
+        assert sc[f"clean/{label}/krr_test_acc"] == float(np.mean(np.argmax(pred, 1) == lte))
+        assert sc[f"clean/{label}/frac_helpful"] == float(np.mean(I0 > 0))
+
+
+def test_train_recipe_of_a_config_takes_its_fields_and_overrides():
+    from ntkbook.experiments import influence_advtrain, influence_map
+
+    cfg = influence_map.Config.paper()
+    r = training.TrainRecipe.of(cfg)
+    assert (r.width, r.epochs, r.batch, r.lr, r.l2, r.attn_steps) == (cfg.width, cfg.epochs, cfg.batch, cfg.lr,
+                                                                      cfg.l2, cfg.attn_steps)
+    assert training.TrainRecipe.of(cfg, attn_steps=None).attn_steps is None
+    assert influence_advtrain.train_recipe(influence_advtrain.Config.paper()).attn_steps is None

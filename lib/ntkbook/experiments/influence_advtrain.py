@@ -128,21 +128,16 @@ class Config:
         cc.check_seeds(NAME, self.seeds)
         cc.check_balanced_sizes(NAME, self, self.tasks)
         cc.check_training(NAME, self)
-        cc.check_radii(NAME, "eps", self.eps, eps_code)
+        cc.check_radii(NAME, "eps", self.eps, cc.eps_code)
         v.positive_int(NAME, "pgd_train_steps", self.pgd_train_steps)
         v.finite_positive(NAME, "pgd_train_step_fraction", self.pgd_train_step_fraction)
         cc.check_fields(NAME, self, "lam", "top_fraction", "pgd_steps", "pgd_step_fraction", "null_draws")
 
 
-def eps_code(eps: float) -> int:
-    """The radius in units of 1e-4: what keys its random draws (independent of the other radii)."""
-    return int(round(eps * 1e4))
-
-
 def ridge_labels(config: Config) -> dict[str, tuple[float, bool]]:
     """The two ridges of the evaluation: label -> ``(lam, per_point)``; ``lam=<lam>`` for
     ``A = K + lam I``, ``nlam=<lam>`` for ``A = K + n lam I``. The labels key the results."""
-    return {f"lam={config.lam:g}": (config.lam, False), f"nlam={config.lam:g}": (config.lam, True)}
+    return scores.ridge_labels((config.lam,), (config.lam,))
 
 
 def record_key(training_name: str, eps: float, name: str) -> str:
@@ -168,8 +163,7 @@ def eval_key(training_name: str, eps: float, name: str) -> str:
 
 def train_recipe(config: Config) -> training.TrainRecipe:
     """The mini-batch recipe of both trainings and both models."""
-    return training.TrainRecipe(width=config.width, epochs=config.epochs, batch=config.batch,
-                                lr=config.lr, l2=config.l2, attn_steps=None)
+    return training.TrainRecipe.of(config, attn_steps=None)
 
 
 #: CPU time of the parts of a run, from timing one standard and one adversarial point of each model
@@ -263,7 +257,7 @@ def _evaluate(params, data, model: str, seed: int, eps: float, clean, config: Co
     settings = interventions.EvalSettings(
         lam=config.lam, top_fraction=config.top_fraction, eps=eps, attacks=("pgd",),
         interventions=("adversarial",), pgd_steps=config.pgd_steps, pgd_step_size=step)
-    key = jax.random.fold_in(jax.random.PRNGKey(1000 + seed), eps_code(eps))
+    key = jax.random.fold_in(jax.random.PRNGKey(1000 + seed), cc.eps_code(eps))
     xa, extra = interventions.run_attack("pgd", params, xtr, ytr, attend, C, eps, settings, np.ones(n, bool), key)
     after = _influences(params, xa, data, attend, labels)
     for label in labels:
@@ -272,7 +266,7 @@ def _evaluate(params, data, model: str, seed: int, eps: float, clean, config: Co
     sc.update({f"pgd/{k}": extra[k] for k in ("loss_before", "loss_after", "linf", "l2_mean")})
     draws = []
     for draw in range(config.null_draws):
-        xn = references.random_sign_null(xtr, eps, np.random.default_rng([seed, eps_code(eps), draw]))
+        xn = references.random_sign_null(xtr, eps, np.random.default_rng([seed, cc.eps_code(eps), draw]))
         after = _influences(params, xn, data, attend, labels)
         d = {f"{label}/flip": scores.flip_rate(I0[label], after[label], top=tops[label]) for label in labels}
         d.update({f"{label}/rho": scores.spearman(I0[label], after[label]) for label in labels})
@@ -285,7 +279,7 @@ def _evaluate(params, data, model: str, seed: int, eps: float, clean, config: Co
         sc[f"null/{label}/flip_draws"] = [d[f"{label}/flip"] for d in draws]
     sc["robust_train_acc"] = training.robust_accuracy(
         params, xtr, ytr, ltr, C, attend, eps=eps, steps=config.pgd_steps, step_size=step,
-        key=jax.random.fold_in(jax.random.PRNGKey(seed), eps_code(eps)))
+        key=jax.random.fold_in(jax.random.PRNGKey(seed), cc.eps_code(eps)))
     return sc
 
 

@@ -45,7 +45,6 @@ import math
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ntkbook import validate as v
@@ -53,7 +52,7 @@ from ntkbook.influence import config_checks as cc
 from ntkbook.influence import interventions, references, scores, training, whitened
 from ntkbook.influence import whitening as wh
 from ntkbook.influence.readout import sweep_part
-from ntkbook.influence.tasks import MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_data, targets
+from ntkbook.influence.tasks import MODELS, TASK_LABELS, TASKS, input_dim, task_data, targets
 from ntkbook.models import attention, two_layer
 from ntkbook.ntk import gram
 from ntkbook.progress import Progress
@@ -128,28 +127,20 @@ class Config:
                "a ridge relative to the top variance")
         v.increasing(NAME, "kappa_rel_ridges", self.kappa_rel_ridges)
         cc.check_fields(NAME, self, "top_fraction")
-        cc.check_radii(NAME, "eps", self.eps, _eps_code)
+        cc.check_radii(NAME, "eps", self.eps, cc.eps_code)
         cc.check_ridges(NAME, self, ("ridges", "ridges_per_point"))
         cc.check_fields(NAME, self, "pgd_steps", "pgd_step_fraction", "pgd_restarts", "null_draws")
-
-
-def _eps_code(eps: float) -> int:
-    """The radius in units of 1e-4: what keys its random draws (as in ``influence_map``)."""
-    return int(round(eps * 1e4))
 
 
 def ridge_labels(config: Config) -> dict[str, tuple[float, bool]]:
     """Every ridge of ``config``: label -> ``(lam, per_point)``; ``lam=<lam>`` for ``A = K + lam I``,
     ``nlam=<lam>`` for ``A = K + n lam I`` (the labels of ``influence_map``)."""
-    out = {f"lam={lam:g}": (lam, False) for lam in config.ridges}
-    out.update({f"nlam={lam:g}": (lam, True) for lam in config.ridges_per_point})
-    return out
+    return scores.ridge_labels(config.ridges, config.ridges_per_point)
 
 
 def train_recipe(config: Config) -> training.TrainRecipe:
     """The training recipe of ``config``."""
-    return training.TrainRecipe(width=config.width, epochs=config.epochs, batch=config.batch,
-                                lr=config.lr, l2=config.l2, attn_steps=config.attn_steps)
+    return training.TrainRecipe.of(config)
 
 
 #: effective float32 matmul rate (FLOP/s), float64 SVD rate (FLOP/s) and fixed cost per point (s,
@@ -249,25 +240,16 @@ def _train(data, w: wh.Whitening, model: str, seed: int, config: Config):
     xtr, ltr, xte, lte, C = data
     ztr, zte = whitened.inputs(w, xtr, xte, attend=(model == "attn"))
     params, hist = training.train_model(ztr, targets(ltr, C), C, train_recipe(config), seed, model=model)
-    out_tr = np.asarray(two_layer.apply_batch(params, jnp.asarray(ztr, jnp.float32)))
-    out_te = np.asarray(two_layer.apply_batch(params, jnp.asarray(zte, jnp.float32)))
-    arrays = {"W": np.asarray(params["W"]), "a": np.asarray(params["a"]),
-              "loss_curve": np.asarray(hist["loss"], np.float64),
-              "loss_epochs": np.asarray(hist["epoch"], np.float64)}
-    return arrays, {"train_loss": float(hist["loss"][-1]), "train_acc": accuracy(out_tr, ltr, C),
-                    "test_acc": accuracy(out_te, lte, C), "train_seconds": time.perf_counter() - t0}
-
-
-def _ridge_values(labels: dict[str, tuple[float, bool]], n: int) -> list[float]:
-    """The ridge added to ``K`` for each label, in order."""
-    return [lam * n if per_point else lam for lam, per_point in labels.values()]
+    arrays, sc = training.fit_record(params, hist, ztr, ltr, zte, lte, C)
+    return ({"W": np.asarray(params["W"]), "a": np.asarray(params["a"]), **arrays},
+            {**sc, "train_seconds": time.perf_counter() - t0})
 
 
 def _influences(params, w, x, data, attend: bool, labels) -> dict[str, np.ndarray]:
     """Influence of every training point of the (perturbed) pixels ``x`` at every ridge: label -> ``(n,)``."""
     _, ltr, xte, lte, C = data
     out, _ = whitened.influences(params, w, x, targets(ltr, C), xte, targets(lte, C), attend,
-                                 _ridge_values(labels, x.shape[0]))
+                                 scores.ridge_values(labels, x.shape[0]))
     return dict(zip(labels, out))
 
 
@@ -279,31 +261,7 @@ def _clean(params, w, data, model: str, config: Config):
     ytr = targets(ltr, C)
     ztr, zte = whitened.inputs(w, xtr, xte, attend=(model == "attn"))
     K, Kx = two_layer.entk_W(params, ztr), two_layer.entk_W(params, zte, ztr)
-    arrays, sc = {}, {}
-    for label, lam in zip(labels, _ridge_values(labels, xtr.shape[0])):
-        I0 = scores.ntk_influence(K, Kx, ytr, targets(lte, C), lam)
-        top = scores.top_indices(I0, config.top_fraction)
-        arrays[f"influence_clean@{label}"] = I0
-        sc[f"clean/{label}/krr_test_acc"] = accuracy(scores.krr_predict(scores.krr_fit(K, ytr, lam), Kx), lte, C)
-        sc[f"clean/{label}/frac_helpful"] = float(np.mean(I0 > 0))
-        sc[f"clean/{label}/frac_helpful_top"] = float(np.mean(I0[top] > 0))
-        sc[f"clean/{label}/ceiling"] = references.independence_ceiling(I0, top=top)
-    return arrays, sc
-
-
-def _measure(clean: dict[str, np.ndarray], after: dict[str, np.ndarray], fraction: float, labels):
-    """Flip rate (over each ridge's clean top set) and Spearman's rho per ridge label."""
-    out = {}
-    for label in labels:
-        out[f"{label}/flip"] = scores.flip_rate(clean[label], after[label], fraction=fraction)
-        out[f"{label}/rho"] = scores.spearman(clean[label], after[label])
-    return out
-
-
-def _moved(x, xa) -> dict[str, float]:
-    """The largest pixel change and the mean L2 norm of a row's change."""
-    delta = xa - x
-    return {"linf": float(np.abs(delta).max()), "l2_mean": float(np.mean(np.linalg.norm(delta, axis=1)))}
+    return interventions.clean_point(K, Kx, ytr, lte, C, labels, config.top_fraction)
 
 
 def _attack(params, w, data, model: str, seed: int, eps: float, attack: str, clean, config: Config):
@@ -317,12 +275,12 @@ def _attack(params, w, data, model: str, seed: int, eps: float, attack: str, cle
     if attack == "null":
         per_draw = []
         for draw in range(config.null_draws):
-            rng = np.random.default_rng([seed, _eps_code(eps), draw])
+            rng = np.random.default_rng([seed, cc.eps_code(eps), draw])
             xa = references.random_sign_null(xtr, eps, rng)
-            per_draw.append({**_measure(clean, _influences(params, w, xa, data, attend, labels),
-                                        config.top_fraction, labels),
+            per_draw.append({**scores.flip_and_rho(clean, _influences(params, w, xa, data, attend, labels), labels,
+                                                     fraction=config.top_fraction),
                              "loss_after": whitened.loss(params, w, xa, ytr, attend=attend, C=C),
-                             **_moved(xtr, xa)})
+                             **interventions.perturbation_size(xtr, xa)})
         for k in per_draw[0]:
             sc[k] = float(np.mean([d[k] for d in per_draw]))
         for label in labels:
@@ -332,12 +290,13 @@ def _attack(params, w, data, model: str, seed: int, eps: float, attack: str, cle
             lam=1.0, top_fraction=config.top_fraction, eps=eps, attacks=("pgd",),
             interventions=("adversarial",), pgd_steps=config.pgd_steps,
             pgd_step_size=config.pgd_step_fraction * eps)  # lam is not used by run_attack
-        key = jax.random.fold_in(jax.random.PRNGKey(1000 + seed), _eps_code(eps))
+        key = jax.random.fold_in(jax.random.PRNGKey(1000 + seed), cc.eps_code(eps))
         tries = [whitened.run_attack("pgd", params, xtr, ytr, attend, C, eps, w, settings, jax.random.fold_in(key, r))
                  for r in range(config.pgd_restarts)]
         xa, extra = max(tries, key=lambda t: t[1]["loss_after"])
         sc["restart_losses"] = [t[1]["loss_after"] for t in tries]
-        sc.update(_measure(clean, _influences(params, w, xa, data, attend, labels), config.top_fraction, labels))
+        after = _influences(params, w, xa, data, attend, labels)
+        sc.update(scores.flip_and_rho(clean, after, labels, fraction=config.top_fraction))
         sc.update({k: extra[k] for k in ("loss_before", "loss_after", "linf", "l2_mean")})
     sc["seconds"] = time.perf_counter() - t0
     return {}, sc

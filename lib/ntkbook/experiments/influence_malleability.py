@@ -46,16 +46,15 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import jax.numpy as jnp
 import numpy as np
 
 from ntkbook import validate as v
 from ntkbook.influence import config_checks as cc
 from ntkbook.influence import interventions, landscape, training
 from ntkbook.influence.readout import sweep_part
-from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, accuracy, input_dim,
+from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, input_dim,
                                      task_classes, task_data, targets)
-from ntkbook.models import attention, two_layer
+from ntkbook.models import attention
 from ntkbook.progress import Progress
 from ntkbook.store import PointStore, Result
 
@@ -64,7 +63,6 @@ VERSION = "1"
 
 #: arrays kept for the first seed only (the others are stacked over seeds)
 FIRST_SEED_ARRAYS = ("slice1d", "slice2d", "loss_curve", "loss_epochs")
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,8 +135,7 @@ class Config:
 
 def train_recipe(config: Config) -> training.TrainRecipe:
     """The training recipe of ``config``."""
-    return training.TrainRecipe(width=config.width, epochs=config.epochs, batch=config.batch,
-                                lr=config.lr, l2=config.l2, attn_steps=config.attn_steps)
+    return training.TrainRecipe.of(config)
 
 
 def eval_settings(config: Config) -> interventions.EvalSettings:
@@ -178,12 +175,8 @@ def _point(data, task: str, model: str, seed: int, config: Config):
     ytr = targets(ltr, C)
     params, hist = training.train_model(ztr, ytr, C, train_recipe(config), seed, model=model)
     t_train = time.perf_counter() - t0
-    out_tr = np.asarray(two_layer.apply_batch(params, jnp.asarray(ztr, jnp.float32)))
-    out_te = np.asarray(two_layer.apply_batch(params, jnp.asarray(zte, jnp.float32)))
-    sc = {"train_loss": float(hist["loss"][-1]), "train_acc": accuracy(out_tr, ltr, C),
-          "test_acc": accuracy(out_te, lte, C), "train_seconds": t_train}
-    arrays = {"loss_curve": np.asarray(hist["loss"], np.float64),
-              "loss_epochs": np.asarray(hist["epoch"], np.float64)}
+    arrays, sc = training.fit_record(params, hist, ztr, ltr, zte, lte, C)
+    sc["train_seconds"] = t_train
     a, s = interventions.evaluate(params, data, model, eval_settings(config), seed,
                                   do_ablation=task in config.ablation_tasks)
     arrays.update(a)

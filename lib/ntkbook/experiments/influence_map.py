@@ -58,7 +58,7 @@ from ntkbook.influence import config_checks as cc
 from ntkbook.influence import flip_attack, interventions, references, scores, training
 from ntkbook.influence.losses import attack_loss
 from ntkbook.influence.readout import sweep_part
-from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, accuracy, input_dim, task_data,
+from ntkbook.influence.tasks import (ATTACK_LABELS, MODELS, TASK_LABELS, TASKS, input_dim, task_data,
                                      targets)
 from ntkbook.models import attention, two_layer
 from ntkbook.progress import Progress
@@ -128,7 +128,7 @@ class Config:
         cc.check_training(NAME, self)
         cc.check_fields(NAME, self, "attn_steps", "top_fraction")
         for field in ("eps", "flip_eps"):  # both checked before eps is required non-empty
-            cc.check_radii(NAME, field, getattr(self, field), _eps_code, required=False)
+            cc.check_radii(NAME, field, getattr(self, field), cc.eps_code, required=False)
         v.non_empty(NAME, "eps", self.eps)
         cc.check_ridges(NAME, self, ("ridges", "ridges_per_point", "flip_ridges", "flip_ridges_per_point"))
         cc.check_fields(NAME, self, "pgd_steps", "pgd_step_fraction", "pgd_restarts", "mim_steps", "mim_decay",
@@ -143,17 +143,10 @@ class Config:
         v.positive_int(NAME, "flip_restarts", self.flip_restarts)
 
 
-def _eps_code(eps: float) -> int:
-    """The radius in units of 1e-4: what keys its random draws (independent of the other radii)."""
-    return int(round(eps * 1e4))
-
-
 def ridge_labels(config: Config) -> dict[str, tuple[float, bool]]:
     """Every ridge of ``config``: label -> ``(lam, per_point)``; ``lam=<lam>`` for ``A = K + lam I``,
     ``nlam=<lam>`` for ``A = K + n lam I``. The labels key the results."""
-    out = {f"lam={lam:g}": (lam, False) for lam in config.ridges}
-    out.update({f"nlam={lam:g}": (lam, True) for lam in config.ridges_per_point})
-    return out
+    return scores.ridge_labels(config.ridges, config.ridges_per_point)
 
 
 def flip_ridge_labels(config: Config) -> list[str]:
@@ -163,8 +156,7 @@ def flip_ridge_labels(config: Config) -> list[str]:
 
 def train_recipe(config: Config) -> training.TrainRecipe:
     """The training recipe of ``config``."""
-    return training.TrainRecipe(width=config.width, epochs=config.epochs, batch=config.batch,
-                                lr=config.lr, l2=config.l2, attn_steps=config.attn_steps)
+    return training.TrainRecipe.of(config)
 
 
 def estimate_seconds(config: Config) -> float:
@@ -200,25 +192,16 @@ def _train(data, model: str, seed: int, config: Config):
     xtr, ltr, xte, lte, C = data
     ztr, zte = attention.transform(xtr, xte, attend=(model == "attn"), normalize="row")
     params, hist = training.train_model(ztr, targets(ltr, C), C, train_recipe(config), seed, model=model)
-    out_tr = np.asarray(two_layer.apply_batch(params, jnp.asarray(ztr, jnp.float32)))
-    out_te = np.asarray(two_layer.apply_batch(params, jnp.asarray(zte, jnp.float32)))
-    arrays = {"W": np.asarray(params["W"]), "a": np.asarray(params["a"]),
-              "loss_curve": np.asarray(hist["loss"], np.float64),
-              "loss_epochs": np.asarray(hist["epoch"], np.float64)}
-    return arrays, {"train_loss": float(hist["loss"][-1]), "train_acc": accuracy(out_tr, ltr, C),
-                    "test_acc": accuracy(out_te, lte, C), "train_seconds": time.perf_counter() - t0}
-
-
-def _ridge_values(labels: dict[str, tuple[float, bool]], n: int) -> list[float]:
-    """The ridge added to ``K`` for each label, in order."""
-    return [lam * n if per_point else lam for lam, per_point in labels.values()]
+    arrays, sc = training.fit_record(params, hist, ztr, ltr, zte, lte, C)
+    return ({"W": np.asarray(params["W"]), "a": np.asarray(params["a"]), **arrays},
+            {**sc, "train_seconds": time.perf_counter() - t0})
 
 
 def _influences(params, x, data, attend: bool, labels) -> dict[str, np.ndarray]:
     """Influence of every training point of the (perturbed) set ``x`` at every ridge: label -> ``(n,)``."""
     _, ltr, xte, lte, C = data
     out, _ = interventions.influences(params, x, targets(ltr, C), xte, targets(lte, C), attend,
-                                      _ridge_values(labels, x.shape[0]))
+                                      scores.ridge_values(labels, x.shape[0]))
     return dict(zip(labels, out))
 
 
@@ -227,19 +210,10 @@ def _clean(params, data, model: str, config: Config):
     at every ridge."""
     xtr, ltr, xte, lte, C = data
     labels = ridge_labels(config)
-    ytr, yte = targets(ltr, C), targets(lte, C)
+    ytr = targets(ltr, C)
     ztr, zte = attention.transform(xtr, xte, attend=(model == "attn"), normalize="row")
     K, Kx = two_layer.entk_W(params, ztr), two_layer.entk_W(params, zte, ztr)
-    arrays, sc = {}, {}
-    for label, lam in zip(labels, _ridge_values(labels, xtr.shape[0])):
-        I0 = scores.ntk_influence(K, Kx, ytr, yte, lam)
-        top = scores.top_indices(I0, config.top_fraction)
-        arrays[f"influence_clean@{label}"] = I0
-        sc[f"clean/{label}/krr_test_acc"] = accuracy(scores.krr_predict(scores.krr_fit(K, ytr, lam), Kx), lte, C)
-        sc[f"clean/{label}/frac_helpful"] = float(np.mean(I0 > 0))
-        sc[f"clean/{label}/frac_helpful_top"] = float(np.mean(I0[top] > 0))
-        sc[f"clean/{label}/ceiling"] = references.independence_ceiling(I0, top=top)
-    return arrays, sc
+    return interventions.clean_point(K, Kx, ytr, lte, C, labels, config.top_fraction)
 
 
 def _loss(params, x, data, attend: bool) -> float:
@@ -249,21 +223,6 @@ def _loss(params, x, data, attend: bool) -> float:
     p32 = {k: jnp.asarray(val, jnp.float32) for k, val in params.items()}
     return float(attack_loss(attend, C)(jnp.asarray(x, jnp.float32), p32,
                                         jnp.asarray(targets(ltr, C), jnp.float32)))
-
-
-def _measure(clean: dict[str, np.ndarray], after: dict[str, np.ndarray], fraction: float, labels):
-    """Flip rate (over each ridge's clean top set) and Spearman's rho per ridge label."""
-    out = {}
-    for label in labels:
-        out[f"{label}/flip"] = scores.flip_rate(clean[label], after[label], fraction=fraction)
-        out[f"{label}/rho"] = scores.spearman(clean[label], after[label])
-    return out
-
-
-def _moved(x, xa) -> dict[str, float]:
-    """The largest pixel change and the mean L2 norm of a row's change."""
-    delta = xa - x
-    return {"linf": float(np.abs(delta).max()), "l2_mean": float(np.mean(np.linalg.norm(delta, axis=1)))}
 
 
 def _loss_attack(params, data, model: str, seed: int, eps: float, attack: str, clean, config: Config):
@@ -277,11 +236,11 @@ def _loss_attack(params, data, model: str, seed: int, eps: float, attack: str, c
     if attack == "null":
         per_draw = []
         for draw in range(config.null_draws):
-            rng = np.random.default_rng([seed, _eps_code(eps), draw])
+            rng = np.random.default_rng([seed, cc.eps_code(eps), draw])
             xa = references.random_sign_null(xtr, eps, rng)
-            per_draw.append({**_measure(clean, _influences(params, xa, data, attend, labels),
-                                        config.top_fraction, labels),
-                             "loss_after": _loss(params, xa, data, attend), **_moved(xtr, xa)})
+            per_draw.append({**scores.flip_and_rho(clean, _influences(params, xa, data, attend, labels), labels,
+                                                     fraction=config.top_fraction),
+                             "loss_after": _loss(params, xa, data, attend), **interventions.perturbation_size(xtr, xa)})
         for k in per_draw[0]:
             sc[k] = float(np.mean([d[k] for d in per_draw]))
         for label in labels:
@@ -292,7 +251,7 @@ def _loss_attack(params, data, model: str, seed: int, eps: float, attack: str, c
             interventions=("adversarial",), pgd_steps=config.pgd_steps,
             pgd_step_size=config.pgd_step_fraction * eps, mim_steps=config.mim_steps,
             mim_decay=config.mim_decay)  # lam is not used by run_attack
-        key = jax.random.fold_in(jax.random.PRNGKey(1000 + seed), _eps_code(eps))
+        key = jax.random.fold_in(jax.random.PRNGKey(1000 + seed), cc.eps_code(eps))
         tries = []
         for r in range(config.pgd_restarts if attack == "pgd" else 1):
             tries.append(interventions.run_attack(attack, params, xtr, targets(ltr, C), attend, C, eps,
@@ -300,7 +259,8 @@ def _loss_attack(params, data, model: str, seed: int, eps: float, attack: str, c
         xa, extra = max(tries, key=lambda t: t[1]["loss_after"])
         if attack == "pgd":
             sc["restart_losses"] = [t[1]["loss_after"] for t in tries]
-        sc.update(_measure(clean, _influences(params, xa, data, attend, labels), config.top_fraction, labels))
+        after = _influences(params, xa, data, attend, labels)
+        sc.update(scores.flip_and_rho(clean, after, labels, fraction=config.top_fraction))
         sc.update({k: extra[k] for k in ("loss_after", "linf", "l2_mean")})
     sc["seconds"] = time.perf_counter() - t0
     return {}, sc
@@ -315,7 +275,7 @@ def _flip_attack(params, data, model: str, seed: int, eps: float, label: str, cl
     ridge = lam * xtr.shape[0] if per_point else lam
     I0 = clean[label]
     top = scores.top_indices(I0, config.top_fraction)
-    rng = np.random.default_rng([seed, _eps_code(eps), int(per_point), int(round(lam * 1e9)), 1])
+    rng = np.random.default_rng([seed, cc.eps_code(eps), int(per_point), int(round(lam * 1e9)), 1])
     res = flip_attack.flip_attack(params, xtr, targets(ltr, C), xte, targets(lte, C), I0, ridge, eps,
                                   attend=attend, top=top, steps=config.flip_steps,
                                   step_size=config.flip_step_fraction * eps,
@@ -324,7 +284,7 @@ def _flip_attack(params, data, model: str, seed: int, eps: float, label: str, cl
     sc = {"flip": scores.flip_rate(I0, after, top=top), "rho": scores.spearman(I0, after),
           "objective": res.objective, "objective_clean": res.objective_clean,
           "restart_objectives": list(res.restart_objectives),
-          "loss_after": _loss(params, res.x, data, attend), **_moved(xtr, res.x),
+          "loss_after": _loss(params, res.x, data, attend), **interventions.perturbation_size(xtr, res.x),
           "seconds": time.perf_counter() - t0}
     return {}, sc
 

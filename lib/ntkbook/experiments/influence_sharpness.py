@@ -120,8 +120,7 @@ class Config:
 
 def train_recipe(config: Config) -> training.TrainRecipe:
     """The training recipe of ``config`` (the main experiment's, as influence_map builds it)."""
-    return training.TrainRecipe(width=config.width, epochs=config.epochs, batch=config.batch,
-                                lr=config.lr, l2=config.l2, attn_steps=config.attn_steps)
+    return training.TrainRecipe.of(config)
 
 
 def curve_epochs(config: Config) -> list[int]:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 from ntkbook import validate as v
 from ntkbook.influence.tasks import task_classes
 
-__all__ = ["RULES", "TRAINING", "check_choices", "check_subset", "check_seeds", "check_balanced_sizes",
+__all__ = ["eps_code", "RULES", "TRAINING", "check_choices", "check_subset", "check_seeds", "check_balanced_sizes",
            "check_fields", "check_training", "check_widths", "check_attn_steps", "check_radius",
            "check_radii", "check_ridges"]
 
@@ -125,6 +125,12 @@ def check_widths(name: str, widths: Any) -> None:
     v.non_empty(name, "widths", widths)
     v.each(v.even_positive_int, name, "widths", widths, PAIRS_UNITS)
     v.increasing(name, "widths", widths)
+
+
+def eps_code(eps: float) -> int:
+    """The radius ``eps`` in units of 1e-4: what keys its random draws (independent of the other
+    radii of a sweep; :func:`check_radii` asks that the codes of a sweep's radii differ)."""
+    return int(round(eps * 1e4))
 
 
 def check_radius(name: str, field: str, value: Any) -> None:

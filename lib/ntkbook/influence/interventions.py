@@ -33,12 +33,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ntkbook.errors import InputError
-from ntkbook.influence import attacks, scores
+from ntkbook.influence import attacks, references, scores
 from ntkbook.influence.losses import attack_loss
 from ntkbook.influence.tasks import accuracy, targets
 from ntkbook.models import attention, two_layer
 
-__all__ = ["INTERVENTIONS", "EvalSettings", "SCORE_KEYS", "influences", "run_attack", "evaluate"]
+__all__ = ["INTERVENTIONS", "EvalSettings", "SCORE_KEYS", "influences", "clean_point", "perturbation_size",
+           "run_attack", "evaluate"]
 
 #: the interventions :func:`evaluate` knows
 INTERVENTIONS = ("adversarial", "transformed", "curated", "null")
@@ -113,6 +114,33 @@ def influences(params, xtr, ytr, xte, yte, attend: bool, lams):
     out = [scores.ntk_influence(K, Kx, ytr, yte, lam) for lam in lams]
     pred = scores.krr_predict(scores.krr_fit(K, ytr, lams[0]), Kx)
     return out, pred
+
+
+def clean_point(K, Kx, ytr, lte, C: int, labels: dict[str, tuple[float, bool]], top_fraction: float):
+    """The clean point of a map over radii and ridges, from the eNTK ``K`` ``(n, n)`` and ``Kx``
+    ``(T, n)``, training targets ``ytr`` ``(n, C)`` and test labels ``lte`` ``(T,)``: at every ridge of
+    ``labels`` (:func:`ntkbook.influence.scores.ridge_labels`), the influences
+    ``influence_clean@<label>`` ``(n,)`` and the scalars ``clean/<label>/krr_test_acc``,
+    ``frac_helpful`` (all points), ``frac_helpful_top`` (the top ``top_fraction`` by ``|I|``) and
+    ``ceiling`` (:func:`ntkbook.influence.references.independence_ceiling`)."""
+    arrays, sc = {}, {}
+    yte = targets(lte, C)
+    for label, lam in zip(labels, scores.ridge_values(labels, K.shape[0])):
+        I0 = scores.ntk_influence(K, Kx, ytr, yte, lam)
+        top = scores.top_indices(I0, top_fraction)
+        arrays[f"influence_clean@{label}"] = I0
+        sc[f"clean/{label}/krr_test_acc"] = accuracy(scores.krr_predict(scores.krr_fit(K, ytr, lam), Kx), lte, C)
+        sc[f"clean/{label}/frac_helpful"] = float(np.mean(I0 > 0))
+        sc[f"clean/{label}/frac_helpful_top"] = float(np.mean(I0[top] > 0))
+        sc[f"clean/{label}/ceiling"] = references.independence_ceiling(I0, top=top)
+    return arrays, sc
+
+
+def perturbation_size(x, xa) -> dict[str, float]:
+    """How far ``xa`` moved from ``x`` (both ``(n, d)``): ``linf``, the largest change of an entry,
+    and ``l2_mean``, the mean L2 norm of a row's change."""
+    delta = xa - x
+    return {"linf": float(np.abs(delta).max()), "l2_mean": float(np.mean(np.linalg.norm(delta, axis=1)))}
 
 
 def run_attack(name: str, params, x, y, attend: bool, C: int, eps: float, settings: EvalSettings,

@@ -36,6 +36,9 @@ import scipy.stats
 from ntkbook.errors import InputError
 
 __all__ = [
+    "ridge_labels",
+    "ridge_values",
+    "flip_and_rho",
     "KRRFit",
     "krr_fit",
     "krr_predict",
@@ -45,6 +48,21 @@ __all__ = [
     "flip_rate",
     "spearman",
 ]
+
+
+def ridge_labels(ridges, ridges_per_point=()) -> dict[str, tuple[float, bool]]:
+    """Every ridge of an experiment: label -> ``(lam, per_point)``; ``lam=<lam>`` for
+    ``A = K + lam I`` (each of ``ridges``), ``nlam=<lam>`` for ``A = K + n lam I`` (each of
+    ``ridges_per_point``). The labels key the influence experiments' results."""
+    out = {f"lam={lam:g}": (lam, False) for lam in ridges}
+    out.update({f"nlam={lam:g}": (lam, True) for lam in ridges_per_point})
+    return out
+
+
+def ridge_values(labels: dict[str, tuple[float, bool]], n: int) -> list[float]:
+    """The ridge added to ``K`` (``n`` training points) for each of ``labels``
+    (:func:`ridge_labels`), in order."""
+    return [lam * n if per_point else lam for lam, per_point in labels.values()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,3 +186,14 @@ def spearman(before, after) -> float:
     if b.shape != a.shape or b.ndim != 1 or b.size < 2:
         raise InputError(f"need two vectors of the same length >= 2, got {b.shape} and {a.shape}")
     return float(scipy.stats.spearmanr(b, a).statistic)
+
+
+def flip_and_rho(clean: dict, after: dict, labels, *, fraction: float) -> dict[str, float]:
+    """Per ridge label of ``labels``: ``<label>/flip``, the flip rate over the top ``fraction`` of
+    ``clean[label]`` by ``|I|`` (:func:`flip_rate`), and ``<label>/rho``, Spearman's rho of all
+    influences (:func:`spearman`); ``clean`` and ``after`` map each label to ``(n,)`` influences."""
+    out = {}
+    for label in labels:
+        out[f"{label}/flip"] = flip_rate(clean[label], after[label], fraction=fraction)
+        out[f"{label}/rho"] = spearman(clean[label], after[label])
+    return out

@@ -29,7 +29,7 @@ from ntkbook.influence.losses import context_loss, data_loss
 from ntkbook.influence.tasks import MODELS, accuracy
 from ntkbook.models import attention, two_layer
 
-__all__ = ["TrainRecipe", "train_model", "adversarial_train", "robust_accuracy"]
+__all__ = ["TrainRecipe", "train_model", "fit_record", "adversarial_train", "robust_accuracy"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,13 @@ class TrainRecipe:
     l2: float  # L2 penalty added to the gradient before Adam (PyTorch's weight_decay)
     #: MLP-Attn: full-batch Adam for this many steps; None trains it as 2L-ReLU (mini-batches)
     attn_steps: int | None = None
+
+    @classmethod
+    def of(cls, config, **overrides) -> "TrainRecipe":
+        """The recipe of an influence experiment's ``config`` (its ``width``, ``epochs``, ``batch``,
+        ``lr``, ``l2`` and ``attn_steps`` fields), with ``overrides`` in place of any of them."""
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if f.name not in overrides}
+        return cls(**fields, **overrides)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +110,19 @@ def train_model(ztr, ytr, C: int, recipe: TrainRecipe, seed: int, model: str = "
     run = _standard_run(ztr, ytr, C, recipe, seed, model)
     res = run.fit(log_every=max(1, run.epochs // 20))
     return run.params(res), res.history
+
+
+def fit_record(params, history, ztr, ltr, zte, lte, C: int) -> tuple[dict, dict]:
+    """What a training point of the influence experiments stores about a trained network
+    ``params`` (:func:`train_model`, its ``history``), from its inputs ``ztr`` (n, d) / ``zte``
+    (T, d) and labels ``ltr`` (n,) / ``lte`` (T,): arrays ``loss_curve`` and ``loss_epochs``
+    (L,) float64, scalars ``train_loss`` (the last logged), ``train_acc`` and ``test_acc``."""
+    out_tr = np.asarray(two_layer.apply_batch(params, jnp.asarray(ztr, jnp.float32)))
+    out_te = np.asarray(two_layer.apply_batch(params, jnp.asarray(zte, jnp.float32)))
+    arrays = {"loss_curve": np.asarray(history["loss"], np.float64),
+              "loss_epochs": np.asarray(history["epoch"], np.float64)}
+    return arrays, {"train_loss": float(history["loss"][-1]), "train_acc": accuracy(out_tr, ltr, C),
+                    "test_acc": accuracy(out_te, lte, C)}
 
 
 def adversarial_train(xtr, ytr, C: int, attend: bool, recipe: TrainRecipe, seed: int, *,
