@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ntkbook import experiments
+from ntkbook.claims import gemma as gemma_claims
 from ntkbook.experiments import gemma_probe
 from ntkbook.gemma import pos_data, probe
 from ntkbook.gemma.pos_data import CLASSES
@@ -79,11 +80,14 @@ def _fake_result(separates: bool) -> Result:
     row = {"layer": 16, "param_set": "down_proj"}
     for family in ("pos", "morph"):
         row.update(gemma_probe.evaluate_point({"entk": entk, "pca": pca}, ev[family], ev["splits"], family))
+    key = lambda name: gemma_probe.point_key(16, "down_proj", name)  # noqa: E731
+    split_test = np.array([np.isin(np.arange(N), te) for _, te in ev["splits"]])  # as run() stores it
     return Result(gemma_probe.NAME, dataclasses.asdict(config),
-                  arrays={gemma_probe.point_key(16, "down_proj", "entk_scores"): entk},
+                  arrays={key("entk_scores"): entk, key("pca_scores"): pca, "split_test": split_test},
                   scalars={"points": [row], "identity": {"rel_err": 1e-9, "N": 2, "P": 10, "param_set": ["k_norm"]},
                            "classes": list(CLASSES), "labels": labels.tolist(), "N": N,
-                           "stories": len(np.unique(story))})
+                           "stories": len(np.unique(story)), "story": story.tolist(), "morph": list(morph),
+                           "morph_tasks": sorted(ev["morph"])})
 
 
 def test_verdicts_count_only_wins_that_hold_over_the_splits():
@@ -91,13 +95,15 @@ def test_verdicts_count_only_wins_that_hold_over_the_splits():
     p = gemma_probe.point(good)
     assert p["pos_n"] == 8 and p["pos_robust_wins_ap"] == 8 and p["pos_ap_diff_mean"] > 0.2
     assert len(p["pos_splits"][0]["ap_diff"]) == 20
-    rows = {r["claim"]: r for r in gemma_probe.scorecard(good)}
+    # the verdicts are claims.gemma's (the scorecard moved out of the experiment module)
+    rows = {r["claim"]: r for r in gemma_claims.scorecard({"gemma_probe": good})}
     assert rows["B.gemma.pos_vs_pca"]["verdict"] == "reproduces"
     assert "8/8" in rows["B.gemma.pos_vs_pca"]["ours"] and "20 splits by story" in rows["B.gemma.pos_vs_pca"]["note"]
     assert rows["B.gemma.top_contexts"]["verdict"] == "reproduces"
     q = gemma_probe.point(noise)
     assert q["pos_robust_wins_ap"] <= 1   # noise against noise: no robust win (at most a fluke)
-    assert {r["claim"]: r for r in gemma_probe.scorecard(noise)}["B.gemma.pos_vs_pca"]["verdict"] == "does not"
+    assert {r["claim"]: r for r in gemma_claims.scorecard({"gemma_probe": noise})}["B.gemma.pos_vs_pca"]["verdict"] \
+        == "does not"
     # the first split's rows are evaluate_task's on that split
     labels = np.asarray(good["labels"])
     assert p["pos_entk_wins_ap"] == sum(r["entk_ap"] > r["pca_ap"] for r in p["pos"])

@@ -262,19 +262,18 @@ def test_an_experiments_own_scorecard_reads_its_stand_in_configs(monkeypatch):
 
 
 def test_experiment_modules_hold_no_verdict_rules():
-    """Verdict rules live in :mod:`ntkbook.claims`: an experiment module defines no
-    ``scorecard()`` unless a claims module supersedes it (an older rule not yet moved), and the
-    seven whose rules moved have none (each is judged by a claims module that reads it)."""
+    """Verdict rules live in :mod:`ntkbook.claims`: no experiment module defines ``scorecard()``
+    (the last one, gemma_probe's, moved to :mod:`ntkbook.claims.gemma`), none is left to supersede,
+    and the experiments whose rules moved are each judged by a claims module that reads them."""
     import importlib
 
     from ntkbook.experiments import EXPERIMENTS
 
-    replaced = scorecard.superseded()
+    assert scorecard.superseded() == set()
     judged = {n for module in scorecard.claim_modules() for n in module.EXPERIMENTS}
     for name, module in EXPERIMENTS.items():
-        if hasattr(importlib.import_module(module), "scorecard"):
-            assert name in replaced, f"{module} defines scorecard(): move it to ntkbook.claims"
+        assert not hasattr(importlib.import_module(module), "scorecard"), \
+            f"{module} defines scorecard(): move it to ntkbook.claims"
     for name in ("lanczos_ghosts", "entk_convergence", "gram_conditioning", "modular_mlp",
-                 "modular_transformer", "ntk_distance", "ntk_distance_fullbatch"):
-        assert not hasattr(importlib.import_module(EXPERIMENTS[name]), "scorecard"), name
+                 "modular_transformer", "ntk_distance", "ntk_distance_fullbatch", "gemma_probe"):
         assert name in judged, name

@@ -43,9 +43,6 @@ __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_A
 
 #: the experiments whose stored paper-preset results :func:`scorecard` reads
 EXPERIMENTS = ("gemma_probe",)
-#: gemma_probe still carries a scorecard() of its own (its module cannot change while its stored
-#: result keeps its code hash); these rules replace it
-SUPERSEDES = ("gemma_probe",)
 #: the author's layer (the down-projection of layer 16), where the claims are judged
 MAIN_LAYER = 16
 #: a task is an eNTK win only where the eNTK's test AP is above PCA's in at least this share of

@@ -34,7 +34,6 @@ from ntkbook.errors import ConfigError, InputError
 from ntkbook import validate as v
 from ntkbook.progress import Progress, format_seconds
 from ntkbook.store import PointStore, Result
-from ntkbook.verdicts import DOES_NOT, by_threshold, ladder
 
 NAME = "gemma_probe"
 VERSION = "1"
@@ -327,61 +326,3 @@ def point(result: Result, layer: int = 16, param_set: str = "down_proj") -> dict
             return p
     raise KeyError(f"no point at layer {layer} with {param_set}; have "
                    f"{[(p['layer'], p['param_set']) for p in result['points']]}")
-
-
-def purity(result: Result, layer: int = 16, param_set: str = "down_proj", n: int = 10) -> list[dict]:
-    """For each part of speech: the fraction of that class among the ``n`` top contexts of its chosen
-    mode and sign (chosen on the first split's training side), over all contexts."""
-    p = point(result, layer, param_set)
-    scores = result[point_key(layer, param_set, "entk_scores")]
-    labels = np.asarray(result["labels"])
-    rows = []
-    for r in p["pos"]:
-        c = result["classes"].index(r["task"])
-        top = np.argsort(-(r["entk_sign"] * scores[r["entk_mode"]]), kind="stable")[:n]
-        rows.append({"class": r["task"], "mode": r["entk_mode"], "purity": float(np.mean(labels[top] == c))})
-    return rows
-
-
-def scorecard(result: Result) -> list[dict]:
-    """Rows for B.gemma.*; verdicts from the numbers with the thresholds stated in each note: a
-    task is an eNTK win only where the eNTK's test AP is ahead in at least ``ROBUST_WIN_SHARE`` of
-    the splits by story."""
-    from ntkbook.gemma.probe import ROBUST_WIN_SHARE  # noqa: PLC0415
-    from ntkbook.numbers import sci  # noqa: PLC0415
-
-    rows = []
-    idt = result["identity"]
-    if not idt:
-        return rows
-    err = idt["rel_err"]
-    rows.append({"claim": "B.gemma.spectrum_identity", "ours": f"max eigenvalue difference {sci(err, 1)} × λ₁",
-                 "verdict": ladder(err < 1e-6, err < 1e-3),
-                 "note": f"N = {idt['N']}, P = {idt['P']} ({'+'.join(idt['param_set'])}); reproduces below 10⁻⁶ (partly below 10⁻³)"})
-    n_splits = result.config["n_splits"]
-    scale = f"N = {result['N']} from {result['stories']} stories, {n_splits} splits by story"
-    layer = 16 if any(p["layer"] == 16 for p in result["points"]) else result["points"][0]["layer"]
-    p = point(result, layer)
-    for key, claim, need in (("pos", "B.gemma.pos_vs_pca", "all"), ("morph", "B.gemma.morph_vs_pca", "all but one")):
-        n = p.get(f"{key}_n", 0)
-        if n == 0:
-            rows.append({"claim": claim, "ours": "no task", "verdict": DOES_NOT,
-                         "note": f"no {key} task passed the filters at {scale}"})
-            continue
-        wins = p[f"{key}_robust_wins_ap"]
-        # "all but one" is only a weaker test than "all" when there are at least 3 tasks
-        full = n if need == "all" or n < 3 else n - 1
-        rows.append({"claim": claim,
-                     "ours": f"eNTK ahead in test AP in ≥ {ROBUST_WIN_SHARE:.0%} of splits on {wins}/{n}; "
-                             f"mean AP difference {p[f'{key}_ap_diff_mean']:+.3f}, AUROC "
-                             f"{p[f'{key}_auroc_diff_mean']:+.3f}",
-                     "verdict": by_threshold(wins, full, n / 2),
-                     "note": f"layer {layer} down_proj, {scale}; paper: eNTK wins on {need} (with fewer than 3 "
-                             "tasks: on all); partly if on at least half"})
-    n_top = min(10, result["N"] // 8)
-    m = float(np.mean([r["purity"] for r in purity(result, layer, n=n_top)]))
-    rows.append({"claim": "B.gemma.top_contexts", "ours": f"mean top-{n_top} purity {m:.2f}",
-                 "verdict": by_threshold(m, 0.8, 0.5),
-                 "note": f"class share among the {n_top} top contexts of each class's chosen mode ({scale}); "
-                         "reproduces at >= 0.8, partly at >= 0.5"})
-    return rows
