@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from ntkbook.influence import interventions, scores, training
+from ntkbook.influence import interventions, references, scores, training
 from ntkbook.influence.tasks import task_data, targets
 from ntkbook.models import attention, two_layer
 
@@ -207,6 +207,9 @@ def test_clean_point_is_the_influence_and_krr_accuracy_at_each_ridge():
         pred = scores.krr_predict(scores.krr_fit(K, targets(ltr, C), lam), Kx)
         assert sc[f"clean/{label}/krr_test_acc"] == float(np.mean(np.argmax(pred, 1) == lte))
         assert sc[f"clean/{label}/frac_helpful"] == float(np.mean(I0 > 0))
+        top = scores.top_indices(I0, 0.2)
+        assert sc[f"clean/{label}/frac_helpful_top"] == float(np.mean(I0[top] > 0))
+        assert sc[f"clean/{label}/ceiling"] == references.independence_ceiling(I0, top=top)
 
 
 def test_train_recipe_of_a_config_takes_its_fields_and_overrides():

@@ -289,6 +289,16 @@ MUTATIONS = [
       ("has_const = bool(const_w[ci] > 0.5)", "has_const = False"), MOD),
     M("X3", "experiments/gram_conditioning.py", "G~ spectrum taken from X instead of the attention output A = G X",
       ("lam_a, rank_a, kappa_a = gram.factor_spectrum(A)", "lam_a, rank_a, kappa_a = gram.factor_spectrum(x)"), GRAM),
+    # -- the influence experiments' shared helpers (issue 35 part 3) -----------------------------
+    M("I1", "influence/scores.py", "Spearman's rho of the clean influences against themselves",
+      ("out[f\"{label}/rho\"] = spearman(clean[label], after[label])",
+       "out[f\"{label}/rho\"] = spearman(clean[label], clean[label])"), ("tests/test_influence.py",)),
+    M("I2", "influence/interventions.py", "the top set's sign mix read over every point",
+      ("sc[f\"clean/{label}/frac_helpful_top\"] = float(np.mean(I0[top] > 0))",
+       "sc[f\"clean/{label}/frac_helpful_top\"] = float(np.mean(I0 > 0))"), ("tests/test_influence.py",)),
+    M("I3", "influence/training.py", "a recipe keeps the config's attn_steps whatever the override",
+      ("if f.name not in overrides}\n        return cls(**fields, **overrides)",
+       "}\n        return cls(**fields)"), ("tests/test_influence.py",)),
     # -- guards of issue 17: config validation, spectra, eNTK inputs, Lanczos, precision -------
     M("V1", "experiments/demo_sweep.py", "repeats range check dropped (repeats=0 stores a NaN slope)",
       ("        v.positive_int(NAME, \"repeats\", self.repeats, \"an RMS error needs one estimate\")\n", ""), VALID),
