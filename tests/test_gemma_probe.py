@@ -42,7 +42,7 @@ def _table(seed=0, n_stories=200, context_len=64):
 def test_tasks_and_splits_keep_stories_whole_and_share_no_token():
     labels, story, token, morph, words = _table()
     config = dataclasses.replace(gemma_probe.Config.paper(), min_support=10, min_words=12)
-    ev = gemma_probe.tasks_and_splits(labels, story, morph, words, list(CLASSES), config)
+    ev = probe.tasks_and_splits(labels, story, morph, words, list(CLASSES), config)
     assert len(ev["splits"]) == config.n_splits == 20
     assert list(ev["pos"]) == list(CLASSES) and not ev["dropped"]
     for tr, te in ev["splits"]:
@@ -59,7 +59,7 @@ def test_tasks_and_splits_keep_stories_whole_and_share_no_token():
     few = np.array(morph, dtype=object)
     few[:] = ""
     few[story == 0] = "Case=Acc"
-    ev2 = gemma_probe.tasks_and_splits(labels, story, list(few), words, list(CLASSES),
+    ev2 = probe.tasks_and_splits(labels, story, list(few), words, list(CLASSES),
                                        dataclasses.replace(config, min_support=1, min_words=1, max_top_share=1.0))
     assert "Case=Acc" not in ev2["morph"] and ev2["dropped"][0]["task"] == "Case=Acc"
 
@@ -69,7 +69,7 @@ def _fake_result(separates: bool) -> Result:
     (``separates``) or is noise."""
     labels, story, token, morph, words = _table(seed=3)
     config = gemma_probe.Config.paper()
-    ev = gemma_probe.tasks_and_splits(labels, story, morph, words, list(CLASSES),
+    ev = probe.tasks_and_splits(labels, story, morph, words, list(CLASSES),
                                       dataclasses.replace(config, min_support=10))
     rng = np.random.default_rng(4)
     N = len(labels)

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from ntkbook.errors import ConfigError, InputError
+from ntkbook.errors import ConfigError
 from ntkbook import validate as v
 from ntkbook.progress import Progress, format_seconds
 from ntkbook.store import PointStore, Result
@@ -144,53 +144,6 @@ def estimate_seconds(config: Config) -> float:
     return total
 
 
-def subset(labels: np.ndarray, n_per_class: int) -> np.ndarray:
-    """Indices of the first ``n_per_class`` contexts of each class (the data set's order)."""
-    out = []
-    for c in np.unique(labels):
-        idx = np.flatnonzero(labels == c)
-        if len(idx) < n_per_class:
-            raise InputError(f"the data set has {len(idx)} contexts of class {c}, fewer than n_per_class = "
-                             f"{n_per_class}")
-        out.extend(idx[:n_per_class])
-    return np.array(out)
-
-
-def tasks_and_splits(labels: np.ndarray, stories: np.ndarray, morph: list, words: list, classes: list,
-                     config: Config) -> dict:
-    """The tasks and the splits by story of a data set (pure: no model): ``labels`` (N,) indices into
-    ``classes``, ``stories`` (N,) story of each context, ``morph`` and ``words`` the morphology and
-    the word of each context.
-
-    Returns ``pos`` (class name -> (N,) bool) and ``morph`` (feature -> (N,) bool; a task is kept only when both sides of every
-    split hold positives and negatives, the others are listed in ``dropped`` with the reason),
-    ``morph_report`` (every candidate feature, :func:`ntkbook.gemma.probe.morph_tasks`),
-    ``morph_admitted`` (the features the author's filter admits, with support and word counts) and
-    ``splits`` (``n_splits`` (train, test) pairs; the first is the one whose per-task rows are
-    reported in full)."""
-    from ntkbook.gemma import probe  # noqa: PLC0415
-
-    splits = probe.story_splits(labels, stories, config.n_splits, folds=config.folds, seed=config.split_seed)
-    pos = {classes[c]: labels == c for c in np.unique(labels)}
-    filt = dict(case_sensitive=True, min_support=config.min_support, min_words=config.min_words,
-                max_top_share=config.max_top_share)
-    morph_tasks, morph_report = probe.morph_tasks(morph, words, **filt)
-    dropped = []
-
-    def splittable(name, y):
-        for i, (tr, te) in enumerate(splits):
-            for side, idx in (("training", tr), ("test", te)):
-                if y[idx].all() or not y[idx].any():
-                    dropped.append({"task": name, "reason": f"the {side} side of split {i} has one class only"})
-                    return False
-        return True
-
-    return {"pos": {c: y for c, y in pos.items() if splittable(c, y)},
-            "morph": {k: y for k, y in morph_tasks.items() if splittable(k, y)},
-            "morph_report": morph_report, "morph_admitted": probe.admitted_features(morph, words, **filt),
-            "splits": splits, "dropped": dropped}
-
-
 def evaluate_point(score_sets: dict, tasks: dict, splits: list, family: str) -> dict:
     """The rows of one family of tasks at one point (pure: from stored scores): the first split's
     per-task rows (``<family>``), the rows over all splits (``<family>_splits``,
@@ -229,7 +182,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     from ntkbook import experiments  # noqa: PLC0415
     from ntkbook.gemma import modes  # noqa: PLC0415
     from ntkbook.gemma import operator as gemma_operator  # noqa: PLC0415
-    from ntkbook.gemma import pos_data  # noqa: PLC0415
+    from ntkbook.gemma import pos_data, probe  # noqa: PLC0415
     from ntkbook.gemma import weights as gemma_weights  # noqa: PLC0415
     from ntkbook.gemma.model import GemmaConfig  # noqa: PLC0415
 
@@ -240,13 +193,13 @@ def run(config: Config, points: PointStore | None = None) -> Result:
             raise ConfigError(f"{NAME}.layers: layer {L} out of range; Gemma-3-270M has layers "
                               f"0..{n_layers - 1}")
     data = experiments.load_or_run("gemma_pos_windows", config.data_scale, n_per_class=config.data_n_per_class)
-    sel = subset(np.asarray(data["label"]), config.n_per_class)
+    sel = probe.subset(np.asarray(data["label"]), config.n_per_class)
     contexts = np.asarray(data["contexts"])[sel]
     labels, story, token = (np.asarray(data[k])[sel] for k in ("label", "story", "token"))
     pick = lambda key: [data[key][i] for i in sel]  # noqa: E731
     N = len(contexts)
     classes = list(data["classes"])
-    ev = tasks_and_splits(labels, story, pick("morph"), pick("model_word"), classes, config)
+    ev = probe.tasks_and_splits(labels, story, pick("morph"), pick("model_word"), classes, config)
     shared = max(pos_data.max_shared_tokens(story, token, data.config["context_len"], te, tr) for tr, te in ev["splits"])
 
     t0 = time.perf_counter()

@@ -23,7 +23,8 @@ import numpy as np
 
 from ntkbook.errors import InputError
 
-__all__ = ["stratified_split", "story_splits", "pca_scores", "evaluate_task", "evaluate_tasks",
+__all__ = ["subset", "tasks_and_splits",
+           "stratified_split", "story_splits", "pca_scores", "evaluate_task", "evaluate_tasks",
            "split_robustness", "ROBUST_WIN_SHARE", "morph_tasks", "admitted_features", "precision_at_k"]
 
 #: a method wins a task only when it is ahead in at least this share of the splits by story: one
@@ -265,3 +266,50 @@ def admitted_features(morph: Sequence[str], words: Sequence[str], *, case_sensit
     _, report = morph_tasks(morph, words, case_sensitive=case_sensitive, min_support=min_support,
                             min_words=min_words, max_top_share=max_top_share)
     return [{k: r[k] for k in ("feature", "support", "words", "top_word", "top_share")} for r in report if r["kept"]]
+
+
+def subset(labels: np.ndarray, n_per_class: int) -> np.ndarray:
+    """Indices of the first ``n_per_class`` contexts of each class (the data set's order)."""
+    out = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        if len(idx) < n_per_class:
+            raise InputError(f"the data set has {len(idx)} contexts of class {c}, fewer than n_per_class = "
+                             f"{n_per_class}")
+        out.extend(idx[:n_per_class])
+    return np.array(out)
+
+
+def tasks_and_splits(labels: np.ndarray, stories: np.ndarray, morph: list, words: list, classes: list,
+                     config) -> dict:
+    """The tasks and the splits by story of a data set (pure: no model): ``labels`` (N,) indices into
+    ``classes``, ``stories`` (N,) story of each context, ``morph`` and ``words`` the morphology and
+    the word of each context; ``config`` has the fields of the splits (``n_splits``, ``folds``,
+    ``split_seed``) and of the morphological filter (``min_support``, ``min_words``,
+    ``max_top_share``), e.g. :class:`ntkbook.experiments.gemma_probe.Config`.
+
+    Returns ``pos`` (class name -> (N,) bool) and ``morph`` (feature -> (N,) bool; a task is kept
+    only when both sides of every split hold positives and negatives, the others are listed in
+    ``dropped`` with the reason), ``morph_report`` (every candidate feature, :func:`morph_tasks`),
+    ``morph_admitted`` (the features the author's filter admits, with support and word counts) and
+    ``splits`` (``n_splits`` (train, test) pairs; the first is the one whose per-task rows are
+    reported in full)."""
+    splits = story_splits(labels, stories, config.n_splits, folds=config.folds, seed=config.split_seed)
+    pos = {classes[c]: labels == c for c in np.unique(labels)}
+    filt = dict(case_sensitive=True, min_support=config.min_support, min_words=config.min_words,
+                max_top_share=config.max_top_share)
+    by_feature, morph_report = morph_tasks(morph, words, **filt)
+    dropped = []
+
+    def splittable(name, y):
+        for i, (tr, te) in enumerate(splits):
+            for side, idx in (("training", tr), ("test", te)):
+                if y[idx].all() or not y[idx].any():
+                    dropped.append({"task": name, "reason": f"the {side} side of split {i} has one class only"})
+                    return False
+        return True
+
+    return {"pos": {c: y for c, y in pos.items() if splittable(c, y)},
+            "morph": {k: y for k, y in by_feature.items() if splittable(k, y)},
+            "morph_report": morph_report, "morph_admitted": admitted_features(morph, words, **filt),
+            "splits": splits, "dropped": dropped}
