@@ -892,10 +892,11 @@ def morph_conditioned_reading(cond: Mapping, unconditioned: list[Mapping]) -> st
 
 # ---- what a winning mode is: the contexts at its poles ---------------------------------------------
 
-def chosen_modes(result: Result, layer: int | None = None) -> dict[str, tuple[int, int]]:
-    """Part of speech -> (eNTK mode, sign) most often chosen for it over the stored splits (the sign
-    most often chosen with that mode; the lower mode wins a tie), from :func:`budget_curve` at the
-    full budget."""
+def mode_usage(result: Result, layer: int | None = None) -> dict:
+    """Which eNTK modes the parts of speech choose over the stored splits: ``picks`` (class ->
+    {(mode, sign): splits}, each class's mode and sign chosen on each split's training side as the
+    probe chooses them) and ``modes`` (the zero-based modes by how many (class, split) choices
+    fell on them, most first, the lower mode first on a tie: (mode, count) pairs)."""
     from collections import Counter  # noqa: PLC0415
 
     from ntkbook.gemma import probe  # noqa: PLC0415
@@ -903,19 +904,26 @@ def chosen_modes(result: Result, layer: int | None = None) -> dict[str, tuple[in
     layer = main_layer(result) if layer is None else layer
     sc = np.asarray(result[gemma_probe.point_key(layer, "down_proj", "entk_scores")])
     masks = _pos_tasks(result)
-    out = {}
+    picks: dict = {}
     for t in [r["task"] for r in gemma_probe.point(result, layer)["pos_splits"]]:
-        picks = Counter()
+        cnt: Counter = Counter()
         for train, _ in _splits(result):
             _, i, sign = probe.best_direction(sc[:, train], masks[t][train])
-            picks[(i, sign)] += 1
-        by_mode = Counter()
-        for (i, _), n in picks.items():
-            by_mode[i] += n
-        mode = min(by_mode, key=lambda i: (-by_mode[i], i))
-        sign = max((1, -1), key=lambda s: picks[(mode, s)])
-        out[t] = (int(mode), int(sign))
-    return out
+            cnt[(int(i), int(sign))] += 1
+        picks[t] = dict(cnt)
+    total: Counter = Counter()
+    for cnt in picks.values():
+        for (i, _), n in cnt.items():
+            total[i] += n
+    return {"picks": picks, "modes": sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def mode_users(usage: Mapping, mode: int) -> str:
+    """Which classes choose ``mode`` (zero-based) in :func:`mode_usage`, with which sign and on how many
+    splits, as text: "VERB (−, 20 splits), NOUN (+, 5 splits)"."""
+    users = sorted(((t, sign, n) for t, cnt in usage["picks"].items() for (i, sign), n in cnt.items() if i == mode),
+                   key=lambda x: -x[2])
+    return ", ".join(f"{t} ({'+' if sign > 0 else '−'}, {n} split{'' if n == 1 else 's'})" for t, sign, n in users)
 
 
 def mode_poles(result: Result, mode: int, n: int = 10, layer: int | None = None, width: int = 70) -> dict:
@@ -933,3 +941,81 @@ def mode_poles(result: Result, mode: int, n: int = 10, layer: int | None = None,
                 "text": ("…" + text[-width:]) if len(text) > width else text}
 
     return {"mode": mode, "top": [row(i) for i in order[:n]], "bottom": [row(i) for i in order[::-1][:n]]}
+
+
+# ---- the floor and the ceiling: random directions and a supervised probe ---------------------------
+
+#: what the chapter calls the two controls of ``gemma_controls``
+CONTROL_NAMES = {"random": "random directions", "probe": "supervised probe"}
+
+
+def controls_check(controls: Result, result: Result) -> dict:
+    """Whether a ``gemma_controls`` entry read the contexts and splits of the ``gemma_probe`` entry
+    ``result``: ``same_splits`` (the stored test sides equal), ``same_labels``, and ``pca_rel_err``,
+    the largest difference (relative to the largest score) between the principal-component scores
+    recomputed from the stored residual and those the probe stored, each component up to its sign."""
+    from ntkbook.gemma import probe  # noqa: PLC0415
+
+    layer = controls.config["layer"]
+    stored_pca = np.asarray(result[gemma_probe.point_key(layer, "down_proj", "pca_scores")])
+    mine, _ = probe.pca_scores(np.asarray(controls["block_output"]), len(stored_pca))
+    signs = np.sign(np.sum(mine * stored_pca, axis=1, keepdims=True))
+    err = float(np.max(np.abs(signs * mine - stored_pca)) / np.max(np.abs(stored_pca)))
+    return {"same_splits": bool(np.array_equal(np.asarray(controls["split_test"]), np.asarray(result["split_test"]))),
+            "same_labels": list(controls["labels"]) == list(result["labels"]), "pca_rel_err": err}
+
+
+def controls_beside(controls: Result, beside: Mapping) -> dict:
+    """The two controls per task and macro, in the shape of :func:`beside_author`'s ``ours``: per
+    family, ``rows`` (task -> control -> metric -> :func:`_spread` over the splits; the random
+    directions' value on a split is the mean over the draws) and ``macro`` (control -> metric ->
+    spread of the per-split mean over the tasks of ``beside``'s macro), and per control the macro's
+    ``draws`` range for random directions (the lowest and highest draw's mean over the splits)."""
+    out: dict = {}
+    for fam in FAMILIES:
+        rows: dict = {}
+        for ctl in CONTROL_NAMES:
+            for r in controls[ctl][fam]:
+                per = {}
+                for metric in ("ap", "auroc"):
+                    v = np.asarray(r[metric], float)
+                    per[metric] = v.mean(axis=0) if ctl == "random" else v  # (splits,)
+                    if ctl == "random":
+                        per[f"{metric}_draws"] = v.mean(axis=1)  # (draws,)
+                rows.setdefault(r["task"], {})[ctl] = per
+        tasks = [t for t in beside[fam]["macro"]["tasks"] if t in rows]
+        macro = {}
+        for ctl in CONTROL_NAMES:
+            macro[ctl] = {m: _spread(np.mean([rows[t][ctl][m] for t in tasks], axis=0)) if tasks else None
+                          for m in ("ap", "auroc")}
+            if ctl == "random" and tasks:
+                for m in ("ap", "auroc"):
+                    d = np.mean([rows[t][ctl][f"{m}_draws"] for t in tasks], axis=0)
+                    macro[ctl][m]["draw_lo"], macro[ctl][m]["draw_hi"] = float(d.min()), float(d.max())
+        out[fam] = {"rows": {t: {c: {m: _spread(v) for m, v in per.items() if not m.endswith("_draws")}
+                                 for c, per in by.items()} for t, by in rows.items()},
+                    "macro": macro, "tasks": tasks}
+    return out
+
+
+def controls_reading(beside: Mapping, ctl: Mapping, family: str = "pos") -> str:
+    """Where the eNTK and PCA lie between the floor (random directions) and the ceiling (the probe),
+    by macro AP and AUROC for ``family``: each one's share of the distance from the floor's mean to the
+    ceiling's mean (0: no better than random directions; 1: as good as the supervised probe)."""
+    macro, cm = beside[family]["macro"], ctl[family]["macro"]
+    if macro["ours"] is None or cm["random"]["ap"] is None:
+        return ""
+    parts = []
+    for m, name in (("ap", "AP"), ("auroc", "AUROC")):
+        lo, hi = cm["random"][m]["mean"], cm["probe"][m]["mean"]
+        e, p = macro["ours"][f"entk_{m}"]["mean"], macro["ours"][f"pca_{m}"]["mean"]
+        share = lambda x: (x - lo) / (hi - lo)  # noqa: E731
+        parts.append(f"by macro {name} the random directions reach {lo:.3f} and the probe {hi:.3f}; the eNTK "
+                     f"({e:.3f}) covers {share(e):.0%} of the way from the one to the other, PCA ({p:.3f}) {share(p):.0%}")
+    n = len(ctl[family]["tasks"])
+    return (f"Over the {n} {FAMILIES[family]}, " + "; ".join(parts) + ". "
+            + ("The eNTK's best mode is closer to the supervised ceiling than PCA's best component"
+               if macro["ours"]["entk_ap"]["mean"] > macro["ours"]["pca_ap"]["mean"] else
+               "PCA's best component is closer to the supervised ceiling than the eNTK's best mode")
+            + f" by AP; {'neither reaches' if max(macro['ours']['entk_ap']['mean'], macro['ours']['pca_ap']['mean']) < cm['probe']['ap']['lo'] else 'one reaches'} "
+              "the lowest split of the probe.")
