@@ -149,14 +149,14 @@ def plot_budget(curve: dict, leads: dict, floor: dict | None = None, ceiling: di
         for m, label, color, marker in (("entk", "eNTK modes", "C0", "o"), ("pca", "principal components", "C1", "s")):
             v = np.asarray(curve[m][metric])
             ax.fill_between(k, v.min(axis=1), v.max(axis=1), color=color, alpha=0.2, lw=0)
-            ax.plot(k, v.mean(axis=1), marker=marker, ms=3.5, color=color, label=f"{label} (mean, split range)")
+            ax.plot(k, v.mean(axis=1), marker=marker, ms=3.5, color=color, label=label)
         if floor is not None:
-            ax.axhline(floor[metric], color="0.4", ls=":", lw=1.2, label="random directions, k = 25")
+            ax.axhline(floor[metric], color="0.4", ls=":", lw=1.2, label="random directions")
         if ceiling is not None:
-            ax.axhline(ceiling[metric], color="C2", ls="-.", lw=1.2, label="supervised linear probe")
+            ax.axhline(ceiling[metric], color="C2", ls="-.", lw=1.2, label="supervised probe")
         lead = leads[metric]["mean"]
         if lead is not None:
-            ax.axvline(lead, color="k", ls="--", lw=0.9, label="eNTK leads from here on")
+            ax.axvline(lead, color="k", ls="--", lw=0.9, label="eNTK leads from here")
         ax.set_xlabel("budget k (first k candidates)")
         ax.set_title(name)
         ax.set_xticks([1, 5, 10, 15, 20, 25])
