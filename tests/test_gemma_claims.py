@@ -505,3 +505,16 @@ def test_the_poles_of_a_mode_are_its_highest_and_lowest_contexts():
     assert [r["index"] for r in poles["top"]] == [N - 1, N - 2, N - 3]
     assert [r["index"] for r in poles["bottom"]] == [0, 1, 2]
     assert poles["top"][0]["text"] == "…" + f"story text number {N - 1}"[-10:]
+
+
+def test_the_controls_reading_places_each_method_between_floor_and_ceiling():
+    def spread(m, lo=None):
+        return {"mean": m, "lo": m - 0.01 if lo is None else lo, "hi": m + 0.01}
+    beside = {"pos": {"macro": {"ours": {"entk_ap": spread(0.45), "pca_ap": spread(0.15), "entk_auroc": spread(0.8),
+                                         "pca_auroc": spread(0.7)}, "tasks": ["A", "B"]}}}
+    ctl = {"pos": {"tasks": ["A", "B"], "macro": {"random": {"ap": spread(0.25), "auroc": spread(0.6)},
+                                                  "probe": {"ap": spread(0.85), "auroc": spread(1.0)}}}}
+    text = claims.controls_reading(beside, ctl, "pos")
+    assert "the eNTK (0.450) lies 33% of the way" in text and "PCA (0.150) below the random directions" in text
+    assert "the eNTK (0.800) lies 50% of the way" in text and "PCA (0.700) 25% of the way" in text
+    assert "By AP the eNTK is the closer" in text and "neither method's mean comes up to the probe's lowest split" in text

@@ -1009,9 +1009,12 @@ def controls_reading(beside: Mapping, ctl: Mapping, family: str = "pos") -> str:
     for m, name in (("ap", "AP"), ("auroc", "AUROC")):
         lo, hi = cm["random"][m]["mean"], cm["probe"][m]["mean"]
         e, p = macro["ours"][f"entk_{m}"]["mean"], macro["ours"][f"pca_{m}"]["mean"]
-        share = lambda x: (x - lo) / (hi - lo)  # noqa: E731
+        def where(x):
+            share = (x - lo) / (hi - lo)
+            return ("below the random directions" if share < 0 else "above the probe" if share > 1 else
+                    f"{share:.0%} of the way from the one to the other")
         parts.append(f"by macro {name} the random directions reach {lo:.3f} and the probe {hi:.3f}; the eNTK "
-                     f"({e:.3f}) covers {share(e):.0%} of the way from the one to the other, PCA ({p:.3f}) {share(p):.0%}")
+                     f"({e:.3f}) lies {where(e)}, PCA ({p:.3f}) {where(p)}")
     n = len(ctl[family]["tasks"])
     best = max(macro["ours"]["entk_ap"]["mean"], macro["ours"]["pca_ap"]["mean"])
     closer = "the eNTK" if macro["ours"]["entk_ap"]["mean"] > macro["ours"]["pca_ap"]["mean"] else "PCA"
