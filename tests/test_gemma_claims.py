@@ -412,3 +412,109 @@ def test_the_first_data_set_is_placed_against_our_range_and_the_authors(stored_b
             f"{first['entk_ap'] - a:+.3f} from the author's {a:.3f})") in text
     moved = dict(first, entk_ap=o["lo"] - 0.01)
     assert "for the eNTK (below our range" in claims.author_first_data_reading(bes, moved)
+
+
+# ---- issue 36: the budget curve, morphology within its class, the poles of a mode -----------------
+
+def test_the_budget_curve_is_the_probes_choice_among_the_first_k():
+    from ntkbook.gemma import probe
+
+    res = _result([0.8] * 8, [])
+    curve = claims.budget_curve(res)
+    K = len(CLASSES)
+    assert curve["k"] == list(range(1, K + 1)) and curve["entk"]["ap"].shape == (K, STORED_SPLITS)
+    entk = res[gemma_probe.point_key(16, "down_proj", "entk_scores")]
+    pca = res[gemma_probe.point_key(16, "down_proj", "pca_scores")]
+    labels = np.asarray(res["labels"])
+    for k in (1, 3, K):
+        for s, (train, test) in enumerate(claims._splits(res)[:2]):
+            for m, sc in (("entk", entk), ("pca", pca)):
+                rows = [probe.evaluate_task(sc[:k], labels == c, train, test) for c in range(K)]
+                assert curve[m]["ap"][k - 1, s] == pytest.approx(np.mean([r["ap"] for r in rows]), abs=1e-15)
+                assert curve[m]["auroc"][k - 1, s] == pytest.approx(np.mean([r["auroc"] for r in rows]), abs=1e-15)
+    # mode c detects class c: with k modes, k classes are found perfectly
+    assert curve["entk"]["ap"][0].mean() < curve["entk"]["ap"][-1].mean() == pytest.approx(1.0)
+
+
+def test_the_eNTK_leads_from_the_k_after_its_last_deficit():
+    assert claims.lead_from([-0.1, -0.1, 0.2, 0.1]) == 3
+    assert claims.lead_from([0.1, -0.1, 0.2]) == 3
+    assert claims.lead_from([0.1, 0.2]) == 1
+    assert claims.lead_from([0.1, 0.0]) is None
+    res = _result([0.8] * 8, [])
+    curve = claims.budget_curve(res)
+    leads = claims.budget_leads(curve)
+    d = curve["entk"]["ap"].mean(axis=1) - curve["pca"]["ap"].mean(axis=1)
+    k = leads["ap"]["mean"]
+    assert k is not None and (d[k - 1:] > 0).all() and (k == 1 or d[k - 2] <= 0)
+    assert f"by macro AP the eNTK leads from k = {k} on" in claims.budget_reading(curve)
+
+
+def _morph_result():
+    """A synthetic result whose VERB contexts carry Feat=A on half of them (found by eNTK mode 0 within
+    VERB), whose PROPN contexts all carry Feat=B, and whose feature Feat=C lies in NOUN and PRON."""
+    res = _result([0.8] * 8, [1.0, 1.0, 1.0], n_per_class=24)
+    labels = np.asarray(res["labels"])
+    verb, noun, pron, propn = (CLASSES.index(c) for c in ("VERB", "NOUN", "PRON", "PROPN"))
+    morph = [""] * len(labels)
+    idx = {c: np.flatnonzero(labels == c) for c in (verb, noun, pron, propn)}
+    test0 = np.asarray(res["split_test"])[0]
+    for j, i in enumerate(idx[verb]):
+        morph[i] = "Feat=A" if j % 2 == 0 else ""
+    for i in idx[propn]:
+        morph[i] = "Feat=B"
+    for j, i in enumerate(np.concatenate([idx[noun], idx[pron]])):
+        morph[i] = "Feat=C" if j % 2 == 0 else ""
+    key = gemma_probe.point_key(16, "down_proj", "entk_scores")
+    entk = np.asarray(res[key], float).copy()
+    entk[0] += np.array(["Feat=A" in m for m in morph], float) * 2.0
+    res.arrays[key] = entk
+    res.scalars["morph"] = morph
+    p = res["points"][0]
+    p["morph_splits"] = [_split_row(f, 1.0) for f in ("Feat=A", "Feat=B", "Feat=C")]
+    assert test0.any()
+    return res
+
+
+def test_morphology_is_tested_within_each_class_that_carries_it():
+    cond = claims.morph_conditioned(_morph_result())
+    got = {(r["feature"], r["class"]): r for r in cond["rows"]}
+    assert set(got) == {("Feat=A", "VERB"), ("Feat=C", "NOUN"), ("Feat=C", "PRON")}
+    assert got[("Feat=A", "VERB")]["positives"] == 12 and got[("Feat=A", "VERB")]["negatives"] == 12
+    assert got[("Feat=A", "VERB")]["win"] and got[("Feat=A", "VERB")]["entk_ap_mean"] == pytest.approx(1.0)
+    assert [(s["feature"], s["class"]) for s in cond["skipped"]] == [("Feat=B", "PROPN")]
+    assert "24 positive and 0 negative" in cond["skipped"][0]["reason"]
+    text = claims.morph_conditioned_reading(cond, [{"task": "Feat=A", "win": True}, {"task": "Feat=C", "win": True}])
+    assert text.startswith("Within the part of speech that carries it, the eNTK wins")
+    assert "Feat=A within VERB" in text
+
+
+def test_the_poles_of_a_mode_are_its_highest_and_lowest_contexts():
+    usage = claims.mode_usage(_result([0.8] * 8, []))
+    # class c chooses mode c with + on every split
+    assert usage["picks"]["VERB"] == {(CLASSES.index("VERB"), 1): STORED_SPLITS}
+    assert "VERB (+, 4 splits)" in claims.mode_users(usage, CLASSES.index("VERB"))
+    res = _result([0.8] * 8, [])
+    N = res["N"]
+    res.scalars.update(context_text=[f"story text number {i}" for i in range(N)], model_word=["w"] * N)
+    key = gemma_probe.point_key(16, "down_proj", "entk_scores")
+    sc = np.asarray(res[key], float).copy()
+    sc[2] = np.arange(N, dtype=float)
+    res.arrays[key] = sc
+    poles = claims.mode_poles(res, 2, n=3, width=10)
+    assert [r["index"] for r in poles["top"]] == [N - 1, N - 2, N - 3]
+    assert [r["index"] for r in poles["bottom"]] == [0, 1, 2]
+    assert poles["top"][0]["text"] == "…" + f"story text number {N - 1}"[-10:]
+
+
+def test_the_controls_reading_places_each_method_between_floor_and_ceiling():
+    def spread(m, lo=None):
+        return {"mean": m, "lo": m - 0.01 if lo is None else lo, "hi": m + 0.01}
+    beside = {"pos": {"macro": {"ours": {"entk_ap": spread(0.45), "pca_ap": spread(0.15), "entk_auroc": spread(0.8),
+                                         "pca_auroc": spread(0.7)}, "tasks": ["A", "B"]}}}
+    ctl = {"pos": {"tasks": ["A", "B"], "macro": {"random": {"ap": spread(0.25), "auroc": spread(0.6)},
+                                                  "probe": {"ap": spread(0.85), "auroc": spread(1.0)}}}}
+    text = claims.controls_reading(beside, ctl, "pos")
+    assert "the eNTK (0.450) lies 33% of the way" in text and "PCA (0.150) below the random directions" in text
+    assert "the eNTK (0.800) lies 50% of the way" in text and "PCA (0.700) 25% of the way" in text
+    assert "By AP the eNTK is the closer" in text and "neither method's mean comes up to the probe's lowest split" in text

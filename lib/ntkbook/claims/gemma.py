@@ -701,3 +701,327 @@ def _purity_row(result: Result) -> dict:
                     f"the classes (layer {layer}, N = {result['N']}, {k} splits by story); reproduces if that "
                     f"purity is ≥ 0.8 in at least {WIN_SHARE:.0%} of the splits, partly if ≥ 0.5 in at least "
                     f"{WIN_SHARE:.0%} of them"}
+
+
+# ---- the budget curve: the best of the first k candidates ------------------------------------------
+
+def _prefix_choices(scores: np.ndarray, y: np.ndarray, train: np.ndarray) -> list[tuple[int, int]]:
+    """For k = 1 .. len(scores): the (row, sign) that :func:`ntkbook.gemma.probe.best_direction`
+    chooses among the first k rows of ``scores`` on the training side (the signed rows in its order,
+    the first of equal training APs winning), computed from one pass over the rows."""
+    from ntkbook.gemma import probe  # noqa: PLC0415
+
+    s = np.asarray(scores)[:, train]
+    both = np.empty((2 * len(s), s.shape[1]), dtype=s.dtype)
+    both[0::2], both[1::2] = s, -s
+    aps = probe.average_precisions(np.asarray(y)[train], both)
+    out, best, best_j = [], -1.0, 0
+    for j, ap in enumerate(aps):
+        if ap > best:
+            best, best_j = ap, j
+        if j % 2 == 1:
+            out.append((best_j // 2, 1 if best_j % 2 == 0 else -1))
+    return out
+
+
+@_memo
+def budget_curve(result: Result, family: str = "pos", layer: int | None = None) -> dict:
+    """Macro test AP and AUROC of the eNTK and of PCA when each may choose its direction per task only
+    among its first ``k`` candidates (modes by eigenvalue, components by variance), k = 1 .. 25.
+
+    On every stored split by story, each task's direction and sign are chosen on the training side
+    among the first k candidates as the experiment chooses among all of them
+    (:func:`ntkbook.gemma.probe.best_direction`) and scored on the test side
+    (:func:`ntkbook.gemma.probe.evaluate_task`'s AP and AUROC); at the full budget this is the
+    stored evaluation.  Returns ``k`` (list), ``tasks``, ``n_splits`` and, for ``entk`` and ``pca``,
+    ``ap`` and ``auroc`` (len(k), n_splits) arrays of the macro over the tasks on each split, and
+    ``modes`` (per task, the zero-based candidate chosen at each k on each split, for the eNTK)."""
+    from sklearn.metrics import roc_auc_score  # noqa: PLC0415
+
+    from ntkbook.gemma import probe  # noqa: PLC0415
+
+    layer = main_layer(result) if layer is None else layer
+    sets = {m: np.asarray(result[gemma_probe.point_key(layer, "down_proj", f"{m}_scores")]) for m in ("entk", "pca")}
+    K = min(len(s) for s in sets.values())
+    tasks = [r["task"] for r in gemma_probe.point(result, layer).get(f"{family}_splits", [])]
+    masks = _task_masks(result, family, tasks)
+    splits = _splits(result)
+    out: dict = {"k": list(range(1, K + 1)), "tasks": tasks, "n_splits": len(splits), "family": family}
+    for m, sc in sets.items():
+        ap = np.zeros((K, len(splits), len(tasks)))
+        auroc = np.zeros_like(ap)
+        for si, (train, test) in enumerate(splits):
+            for ti, t in enumerate(tasks):
+                y = masks[t]
+                seen: dict = {}
+                for ki, (i, sign) in enumerate(_prefix_choices(sc[:K], y, train)):
+                    if (i, sign) not in seen:
+                        s = sign * sc[i, test]
+                        seen[(i, sign)] = (float(probe.average_precisions(y[test], s[None])[0]),
+                                           float(roc_auc_score(y[test], s)))
+                    ap[ki, si, ti], auroc[ki, si, ti] = seen[(i, sign)]
+        out[m] = {"ap": ap.mean(axis=2), "auroc": auroc.mean(axis=2)}
+    return out
+
+
+def lead_from(diff: np.ndarray) -> int | None:
+    """The smallest k (1-based) from which ``diff`` (one value per k) is positive at every larger k,
+    or None when it is not positive at the last k."""
+    diff = np.asarray(diff)
+    if not len(diff) or diff[-1] <= 0:
+        return None
+    k = len(diff)
+    while k > 1 and diff[k - 2] > 0:
+        k -= 1
+    return k
+
+
+def budget_leads(curve: Mapping) -> dict:
+    """From :func:`budget_curve`: per metric (``ap``, ``auroc``), ``mean`` the k from which the eNTK's
+    mean macro (over the splits) is above PCA's at every larger k (:func:`lead_from`; None: never
+    at the full budget), ``robust`` the k from which it is ahead in at least :data:`WIN_SHARE` of
+    the splits at every larger k, ``pca_upto`` the largest k up to which PCA's mean is ahead at every
+    smaller k (0: not at k = 1), and ``diff`` the mean differences per k."""
+    out = {}
+    for metric in ("ap", "auroc"):
+        d = curve["entk"][metric] - curve["pca"][metric]  # (K, splits)
+        mean = d.mean(axis=1)
+        share = (d > 0).mean(axis=1)
+        upto = 0
+        while upto < len(mean) and mean[upto] < 0:
+            upto += 1
+        out[metric] = {"mean": lead_from(mean), "robust": lead_from(share - WIN_SHARE + 1e-12),
+                       "pca_upto": upto, "diff": mean}
+    return out
+
+
+def budget_reading(curve: Mapping) -> str:
+    """The verdict of the budget curve, computed: from which k the eNTK leads PCA in macro AP and in
+    macro AUROC (on the mean over the splits, and in at least :data:`WIN_SHARE` of them), and up to
+    which k PCA leads."""
+    leads = budget_leads(curve)
+    K = curve["k"][-1]
+    parts = []
+    for metric, name in (("ap", "macro AP"), ("auroc", "macro AUROC")):
+        ld = leads[metric]
+        if ld["mean"] is None:
+            parts.append(f"by {name} the eNTK does not lead PCA even with all {K} candidates")
+            continue
+        txt = (f"by {name} the eNTK leads from k = {ld['mean']} on (at every k from there to {K}, on the mean "
+               f"over the {curve['n_splits']} splits")
+        txt += (f"; in at least {WIN_SHARE:.0%} of the splits from k = {ld['robust']})" if ld["robust"] is not None
+                else f"; never in at least {WIN_SHARE:.0%} of the splits at every k up to {K})")
+        if ld["pca_upto"]:
+            txt += f", and PCA leads at every k ≤ {ld['pca_upto']}"
+        parts.append(txt)
+    return "With the best of the first k candidates per task, " + "; ".join(parts) + "."
+
+
+# ---- morphology within the part of speech that carries it ------------------------------------------
+
+#: a part of speech carries a feature when it holds at least this share of the feature's contexts
+CARRIER_SHARE = 0.1
+#: a conditioned task needs at least this many positive and this many negative contexts in its class
+CONDITIONED_MIN = 10
+
+
+@_memo
+def morph_conditioned(result: Result, layer: int | None = None) -> dict:
+    """Each morphological feature of the stored evaluation tested **within** each part of speech that
+    carries it (at least :data:`CARRIER_SHARE` of the feature's contexts): the contexts of that class
+    only, the feature against its absence among them, both sides restricted to the class on every
+    stored split, each method choosing its direction on the class's training contexts
+    (:func:`ntkbook.gemma.probe.split_robustness`).  A part-of-speech class never separates such a
+    task, so a win here is a feature the class does not explain.
+
+    Returns ``rows`` (the split_robustness rows with ``feature``, ``class``, ``positives``,
+    ``negatives``, ``chance`` (the mean share of positives on the test side) and ``win``) and
+    ``skipped`` (feature, class, reason: fewer than :data:`CONDITIONED_MIN` positives or negatives,
+    or a side of a split with one label only)."""
+    from ntkbook.gemma import probe  # noqa: PLC0415
+
+    layer = main_layer(result) if layer is None else layer
+    p = gemma_probe.point(result, layer)
+    feats = [r["task"] for r in p.get("morph_splits", [])]
+    masks = _task_masks(result, "morph", feats)
+    classes = _pos_tasks(result)
+    sets = {m: np.asarray(result[gemma_probe.point_key(layer, "down_proj", f"{m}_scores")]) for m in ("entk", "pca")}
+    splits = _splits(result)
+    rows, skipped = [], []
+    for f in feats:
+        y = masks[f]
+        for c, in_c in classes.items():
+            if (y & in_c).sum() < CARRIER_SHARE * y.sum():
+                continue
+            idx = np.flatnonzero(in_c)
+            yc = y[idx]
+            pos, neg = int(yc.sum()), int((~yc).sum())
+            if min(pos, neg) < CONDITIONED_MIN:
+                skipped.append({"feature": f, "class": c, "reason": f"{pos} positive and {neg} negative {c} contexts"})
+                continue
+            sub = [(np.flatnonzero(np.isin(idx, tr)), np.flatnonzero(np.isin(idx, te))) for tr, te in splits]
+            bad = next((i for i, (tr, te) in enumerate(sub) for part in (yc[tr], yc[te])
+                        if part.all() or not part.any()), None)
+            if bad is not None:
+                skipped.append({"feature": f, "class": c, "reason": f"a side of split {bad} has one label only"})
+                continue
+            row = probe.split_robustness({m: s[:, idx] for m, s in sets.items()}, {f: yc}, sub)[0]
+            row.update(feature=f, **{"class": c}, positives=pos, negatives=neg,
+                       chance=float(np.mean([yc[te].mean() for _, te in sub])), win=robust(row))
+            rows.append(row)
+    return {"rows": rows, "skipped": skipped}
+
+
+def morph_conditioned_reading(cond: Mapping, unconditioned: list[Mapping]) -> str:
+    """The verdict from the conditioned rows (:func:`morph_conditioned`) beside the unconditioned ones
+    (:func:`split_table` rows of the morphological features): how many (feature, class) tasks the
+    eNTK wins by the rule, which, and which features it won unconditioned but loses within their class."""
+    rows = cond["rows"]
+    if not rows:
+        return "No morphological feature can be tested within a part of speech on these data."
+    won = [f"{r['feature']} within {r['class']}" for r in rows if r["win"]]
+    lost = [f"{r['feature']} within {r['class']}" for r in rows if not r["win"]]
+    before = {r["task"] for r in unconditioned if r["win"]}
+    gone = sorted(f for f in before if not any(r["win"] for r in rows if r["feature"] == f)
+                  and any(r["feature"] == f for r in rows))
+    text = (f"Within the part of speech that carries it, the eNTK wins {len(won)} of the {len(rows)} tasks by the rule "
+            f"({', '.join(won) or 'none'}) and does not win {', '.join(lost) or 'none'}.")
+    if gone:
+        text += (f" Won without the condition but not within any class that carries {'it' if len(gone) == 1 else 'them'}: "
+                 f"{', '.join(gone)}: there the unconditioned win was the part of speech.")
+    return text
+
+
+# ---- what a winning mode is: the contexts at its poles ---------------------------------------------
+
+def mode_usage(result: Result, layer: int | None = None) -> dict:
+    """Which eNTK modes the parts of speech choose over the stored splits: ``picks`` (class ->
+    {(mode, sign): splits}, each class's mode and sign chosen on each split's training side as the
+    probe chooses them) and ``modes`` (the zero-based modes by how many (class, split) choices
+    fell on them, most first, the lower mode first on a tie: (mode, count) pairs)."""
+    from collections import Counter  # noqa: PLC0415
+
+    from ntkbook.gemma import probe  # noqa: PLC0415
+
+    layer = main_layer(result) if layer is None else layer
+    sc = np.asarray(result[gemma_probe.point_key(layer, "down_proj", "entk_scores")])
+    masks = _pos_tasks(result)
+    picks: dict = {}
+    for t in [r["task"] for r in gemma_probe.point(result, layer)["pos_splits"]]:
+        cnt: Counter = Counter()
+        for train, _ in _splits(result):
+            _, i, sign = probe.best_direction(sc[:, train], masks[t][train])
+            cnt[(int(i), int(sign))] += 1
+        picks[t] = dict(cnt)
+    total: Counter = Counter()
+    for cnt in picks.values():
+        for (i, _), n in cnt.items():
+            total[i] += n
+    return {"picks": picks, "modes": sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def mode_users(usage: Mapping, mode: int) -> str:
+    """Which classes choose ``mode`` (zero-based) in :func:`mode_usage`, with which sign and on how many
+    splits, as text: "VERB (−, 20 splits), NOUN (+, 5 splits)"."""
+    users = sorted(((t, sign, n) for t, cnt in usage["picks"].items() for (i, sign), n in cnt.items() if i == mode),
+                   key=lambda x: -x[2])
+    return ", ".join(f"{t} ({'+' if sign > 0 else '−'}, {n} split{'' if n == 1 else 's'})" for t, sign, n in users)
+
+
+def mode_poles(result: Result, mode: int, n: int = 10, layer: int | None = None, width: int = 70) -> dict:
+    """The ``n`` contexts with the highest and the ``n`` with the lowest score on eNTK ``mode`` (all
+    contexts): per context its index, score, part of speech of the model's next word, the word and
+    the last ``width`` characters of the text before it."""
+    layer = main_layer(result) if layer is None else layer
+    s = np.asarray(result[gemma_probe.point_key(layer, "down_proj", "entk_scores")])[mode]
+    order = np.argsort(-s, kind="stable")
+    labels, classes = result["labels"], result["classes"]
+
+    def row(i):
+        text = " ".join(result["context_text"][i].split())
+        return {"index": int(i), "score": float(s[i]), "class": classes[labels[i]], "word": result["model_word"][i],
+                "text": ("…" + text[-width:]) if len(text) > width else text}
+
+    return {"mode": mode, "top": [row(i) for i in order[:n]], "bottom": [row(i) for i in order[::-1][:n]]}
+
+
+# ---- the floor and the ceiling: random directions and a supervised probe ---------------------------
+
+#: what the chapter calls the two controls of ``gemma_controls``
+CONTROL_NAMES = {"random": "random directions", "probe": "supervised probe"}
+
+
+def controls_check(controls: Result, result: Result) -> dict:
+    """Whether a ``gemma_controls`` entry read the contexts and splits of the ``gemma_probe`` entry
+    ``result``: ``same_splits`` (the stored test sides equal), ``same_labels``, and ``pca_rel_err``,
+    the largest difference (relative to the largest score) between the principal-component scores
+    recomputed from the stored residual and those the probe stored, each component up to its sign."""
+    from ntkbook.gemma import probe  # noqa: PLC0415
+
+    layer = controls.config["layer"]
+    stored_pca = np.asarray(result[gemma_probe.point_key(layer, "down_proj", "pca_scores")])
+    mine, _ = probe.pca_scores(np.asarray(controls["block_output"]), len(stored_pca))
+    signs = np.sign(np.sum(mine * stored_pca, axis=1, keepdims=True))
+    err = float(np.max(np.abs(signs * mine - stored_pca)) / np.max(np.abs(stored_pca)))
+    return {"same_splits": bool(np.array_equal(np.asarray(controls["split_test"]), np.asarray(result["split_test"]))),
+            "same_labels": list(controls["labels"]) == list(result["labels"]), "pca_rel_err": err}
+
+
+def controls_beside(controls: Result, beside: Mapping) -> dict:
+    """The two controls per task and macro, in the shape of :func:`beside_author`'s ``ours``: per
+    family, ``rows`` (task -> control -> metric -> :func:`_spread` over the splits; the random
+    directions' value on a split is the mean over the draws) and ``macro`` (control -> metric ->
+    spread of the per-split mean over the tasks of ``beside``'s macro), and per control the macro's
+    ``draws`` range for random directions (the lowest and highest draw's mean over the splits)."""
+    out: dict = {}
+    for fam in FAMILIES:
+        rows: dict = {}
+        for ctl in CONTROL_NAMES:
+            for r in controls[ctl][fam]:
+                per = {}
+                for metric in ("ap", "auroc"):
+                    v = np.asarray(r[metric], float)
+                    per[metric] = v.mean(axis=0) if ctl == "random" else v  # (splits,)
+                    if ctl == "random":
+                        per[f"{metric}_draws"] = v.mean(axis=1)  # (draws,)
+                rows.setdefault(r["task"], {})[ctl] = per
+        tasks = [t for t in beside[fam]["macro"]["tasks"] if t in rows]
+        macro = {}
+        for ctl in CONTROL_NAMES:
+            macro[ctl] = {m: _spread(np.mean([rows[t][ctl][m] for t in tasks], axis=0)) if tasks else None
+                          for m in ("ap", "auroc")}
+            if ctl == "random" and tasks:
+                for m in ("ap", "auroc"):
+                    d = np.mean([rows[t][ctl][f"{m}_draws"] for t in tasks], axis=0)
+                    macro[ctl][m]["draw_lo"], macro[ctl][m]["draw_hi"] = float(d.min()), float(d.max())
+        out[fam] = {"rows": {t: {c: {m: _spread(v) for m, v in per.items() if not m.endswith("_draws")}
+                                 for c, per in by.items()} for t, by in rows.items()},
+                    "macro": macro, "tasks": tasks}
+    return out
+
+
+def controls_reading(beside: Mapping, ctl: Mapping, family: str = "pos") -> str:
+    """Where the eNTK and PCA lie between the floor (random directions) and the ceiling (the probe),
+    by macro AP and AUROC for ``family``: each one's share of the distance from the floor's mean to the
+    ceiling's mean (0: no better than random directions; 1: as good as the supervised probe)."""
+    macro, cm = beside[family]["macro"], ctl[family]["macro"]
+    if macro["ours"] is None or cm["random"]["ap"] is None:
+        return ""
+    parts = []
+    for m, name in (("ap", "AP"), ("auroc", "AUROC")):
+        lo, hi = cm["random"][m]["mean"], cm["probe"][m]["mean"]
+        e, p = macro["ours"][f"entk_{m}"]["mean"], macro["ours"][f"pca_{m}"]["mean"]
+        def where(x):
+            share = (x - lo) / (hi - lo)
+            return ("below the random directions" if share < 0 else "above the probe" if share > 1 else
+                    f"{share:.0%} of the way from the one to the other")
+        parts.append(f"by macro {name} the random directions reach {lo:.3f} and the probe {hi:.3f}; the eNTK "
+                     f"({e:.3f}) lies {where(e)}, PCA ({p:.3f}) {where(p)}")
+    n = len(ctl[family]["tasks"])
+    best = max(macro["ours"]["entk_ap"]["mean"], macro["ours"]["pca_ap"]["mean"])
+    closer = "the eNTK" if macro["ours"]["entk_ap"]["mean"] > macro["ours"]["pca_ap"]["mean"] else "PCA"
+    return (f"Over the {n} {FAMILIES[family]} of the macro rows (those the author reports too), " + "; ".join(parts)
+            + f". By AP {closer} is the closer to the supervised ceiling, and "
+            + ("neither method's mean comes up to the probe's lowest split"
+               if best < cm["probe"]["ap"]["lo"] else "its mean lies within the probe's range over the splits")
+            + ".")

@@ -7,7 +7,7 @@ import numpy as np
 from ntkbook.experiments.gemma_probe import point_key
 from ntkbook.plotting import new_figure
 
-__all__ = ["plot_spectrum", "plot_split_differences", "plot_mode_scatter", "plot_depth", "CLASS_COLORS"]
+__all__ = ["plot_spectrum", "plot_split_differences", "plot_mode_scatter", "plot_depth", "plot_budget", "CLASS_COLORS"]
 
 CLASS_COLORS = {"PUNCT": "#4c72b0", "PRON": "#dd8452", "PROPN": "#55a868", "DET": "#c44e52",
                 "ADV": "#8172b3", "CCONJ": "#937860", "NOUN": "#da8bc3", "VERB": "#8c8c8c"}
@@ -133,4 +133,32 @@ def plot_depth(rows: list[dict], hollow: tuple[str, ...] = ()):
     handles += [Line2D([], [], color="0.3", marker="o", ls=look["ls"], mfc=look["mfc"], label=data)
                 for data, look in zip(datasets, looks)]
     fig.legend(handles=handles, loc="outside lower center", ncol=3)
+    return fig
+
+
+def plot_budget(curve: dict, leads: dict, floor: dict | None = None, ceiling: dict | None = None):
+    """Macro test AP (a) and AUROC (b) against the budget k: the best of the first k eNTK modes and of
+    the first k principal components per task (:func:`ntkbook.claims.gemma.budget_curve`), the mean
+    over the splits by story with the lowest-to-highest split shaded; a dashed line at the k from
+    which the eNTK's mean leads at every larger k (``leads``: :func:`ntkbook.claims.gemma.budget_leads`).
+    ``floor`` and ``ceiling``: optional metric -> macro value at the full budget (random directions,
+    a supervised probe), drawn as horizontal lines."""
+    fig, axes = new_figure(2, height=3.4)
+    k = np.asarray(curve["k"])
+    for ax, metric, name in ((axes[0], "ap", "(a) macro test AP"), (axes[1], "auroc", "(b) macro test AUROC")):
+        for m, label, color, marker in (("entk", "eNTK modes", "C0", "o"), ("pca", "principal components", "C1", "s")):
+            v = np.asarray(curve[m][metric])
+            ax.fill_between(k, v.min(axis=1), v.max(axis=1), color=color, alpha=0.2, lw=0)
+            ax.plot(k, v.mean(axis=1), marker=marker, ms=3.5, color=color, label=label)
+        if floor is not None:
+            ax.axhline(floor[metric], color="0.4", ls=":", lw=1.2, label="random directions")
+        if ceiling is not None:
+            ax.axhline(ceiling[metric], color="C2", ls="-.", lw=1.2, label="supervised probe")
+        lead = leads[metric]["mean"]
+        if lead is not None:
+            ax.axvline(lead, color="k", ls="--", lw=0.9, label="eNTK leads from here")
+        ax.set_xlabel("budget k (first k candidates)")
+        ax.set_title(name)
+        ax.set_xticks([1, 5, 10, 15, 20, 25])
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
     return fig
