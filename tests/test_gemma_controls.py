@@ -55,9 +55,14 @@ def test_k_beyond_the_width_is_refused():
 
 
 def test_the_controls_share_gemma_probes_tasks_and_splits():
-    pc = gc.probe_config(gc.Config.paper())
+    """Both presets read the contexts, tasks and splits of gemma_probe's preset of the same scale:
+    the fields ntkbook.gemma.probe.subset and tasks_and_splits read are equal."""
     from ntkbook.experiments import gemma_probe
-    paper = gemma_probe.Config.paper()
+    for pc, paper in ((gc.Config.paper(), gemma_probe.Config.paper()), (gc.Config.smoke(), gemma_probe.Config.smoke())):
+        _same_fields(pc, paper)
+
+
+def _same_fields(pc, paper):
     for f in ("n_per_class", "data_scale", "data_n_per_class", "folds", "split_seed", "n_splits", "min_support",
               "min_words", "max_top_share"):
         assert getattr(pc, f) == getattr(paper, f), f

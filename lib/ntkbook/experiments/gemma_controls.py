@@ -3,7 +3,7 @@
 :mod:`ntkbook.experiments.gemma_probe` chooses, per task, the best of 25 eNTK modes or of 25
 principal components on the training side of a split by story and scores it on the test side.  It
 says how the two compare, not how good either is.  This experiment adds two controls on **the same
-contexts, tasks and splits** (:func:`ntkbook.experiments.gemma_probe.tasks_and_splits` with the
+contexts, tasks and splits** (:func:`ntkbook.gemma.probe.tasks_and_splits` with the
 same fields), from forward passes only:
 
 - **random directions** (the floor): ``k`` random orthonormal directions of the residual that PCA
@@ -63,11 +63,11 @@ class Config:
     probe_cs: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0)  # the probe's candidate inverse regularisations
     inner_folds: int = 2                   # folds of the training side's stories that choose C
     folds: int = 2                         # as gemma_probe: the splits by story
-    split_seed: int = 0
-    n_splits: int = 20
+    split_seed: int = 0                   # as gemma_probe: NumPy seed of the splits by story
+    n_splits: int = 20                    # as gemma_probe: splits by story the controls are read over
     min_support: int = 30                  # as gemma_probe: the morphological tasks' filter
-    min_words: int = 12
-    max_top_share: float = 0.5
+    min_words: int = 12                   # as gemma_probe: distinct words a morphological task needs
+    max_top_share: float = 0.5            # as gemma_probe: largest share of one word in a task's positives
     batch: int = 16                        # contexts per forward call
 
     @classmethod
@@ -99,18 +99,6 @@ class Config:
         v.positive_int(NAME, "min_words", self.min_words)
         v.fraction(NAME, "max_top_share", self.max_top_share, high_closed=True)
         v.positive_int(NAME, "batch", self.batch)
-
-
-def probe_config(config: Config):
-    """The ``gemma_probe`` config whose contexts, tasks and splits these controls share (its other
-    fields at their paper values; they do not bear on the tasks or the splits)."""
-    from ntkbook.experiments import gemma_probe  # noqa: PLC0415
-
-    return gemma_probe.Config(n_per_class=config.n_per_class, data_scale=config.data_scale,
-                              data_n_per_class=config.data_n_per_class, folds=config.folds,
-                              split_seed=config.split_seed, n_splits=config.n_splits,
-                              min_support=config.min_support, min_words=config.min_words,
-                              max_top_share=config.max_top_share)
 
 
 def random_directions(X: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -193,8 +181,8 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     """The block output of layer ``layer`` at the last position for the contexts (checkpointed),
     then both controls on every task and split."""
     from ntkbook import experiments  # noqa: PLC0415
-    from ntkbook.experiments import gemma_probe  # noqa: PLC0415
     from ntkbook.gemma import modes  # noqa: PLC0415
+    from ntkbook.gemma import probe  # noqa: PLC0415
     from ntkbook.gemma import operator as gemma_operator  # noqa: PLC0415
     from ntkbook.gemma import weights as gemma_weights  # noqa: PLC0415
     from ntkbook.gemma.model import GemmaConfig  # noqa: PLC0415
@@ -204,13 +192,13 @@ def run(config: Config, points: PointStore | None = None) -> Result:
     if not config.layer < n_layers:
         raise ConfigError(f"{NAME}.layer: layer {config.layer} out of range; Gemma-3-270M has layers "
                           f"0..{n_layers - 1}")
-    pc = probe_config(config)
     data = experiments.load_or_run("gemma_pos_windows", config.data_scale, n_per_class=config.data_n_per_class)
-    sel = gemma_probe.subset(np.asarray(data["label"]), config.n_per_class)
+    sel = probe.subset(np.asarray(data["label"]), config.n_per_class)
     contexts = np.asarray(data["contexts"])[sel]
     labels, story = (np.asarray(data[key])[sel] for key in ("label", "story"))
     pick = lambda key: [data[key][i] for i in sel]  # noqa: E731
-    ev = gemma_probe.tasks_and_splits(labels, story, pick("morph"), pick("model_word"), list(data["classes"]), pc)
+    # the same fields as gemma_probe's Config (n_splits, folds, split_seed and the morphological filter)
+    ev = probe.tasks_and_splits(labels, story, pick("morph"), pick("model_word"), list(data["classes"]), config)
 
     t0 = time.perf_counter()
     cfg, params, _ = gemma_weights.load()
