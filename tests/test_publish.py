@@ -444,7 +444,7 @@ def test_what_the_workflows_do():
     publish = _workflow("publish.yml")
     assert publish["on"]["push"]["branches"] == ["main"]
     build = [s.get("run", s.get("uses", "")) for s in publish["jobs"]["build"]["steps"]]
-    order = ["make setup", "make book SCALE=paper", "ntkbook.book.htmlcheck _build/paper/html",
+    order = ["make setup", "sudo make texlive", "make pdf SCALE=paper", "ntkbook.book.htmlcheck _build/paper/html",
              "ntkbook.book.notebooks", "actions/upload-pages-artifact@"]
     at = [next(i for i, s in enumerate(build) if o in s) for o in order]
     assert at == sorted(at), build
