@@ -8,6 +8,7 @@
 #               reusing the other chapters' notebooks from the last build at that scale
 #   make lab CH=modular_mlp                     opens the chapter as a notebook in JupyterLab
 #   make book EDITION=student                   the student edition (no solutions) into _build/$SCALE-student
+#   make pdf                                    the whole book as one PDF too (TeX Live), into _build/$SCALE/pdf
 #   make lock                                   regenerate requirements/lock.txt after changing a pin in pyproject.toml
 
 SHELL := /bin/bash
@@ -31,12 +32,14 @@ ifeq ($(origin NTKBOOK_DATA), undefined)
   endif
 endif
 
-.PHONY: help setup data book chapter lab test test-slow browser clean lock
+.PHONY: help setup data book pdf chapter lab test test-slow browser texlive clean lock
 
 help:
 	@echo "make setup             create .venv and install the pinned dependencies (hash-checked) and this package"
 	@echo "make book              build the book into _build/\$$SCALE/html (SCALE=paper by default, SCALE=smoke for CI size;"
 	@echo "                       EDITION=student: without the solutions, into _build/\$$SCALE-student/html)"
+	@echo "make pdf               build the book as make book does, and the whole book as one PDF (XeLaTeX), linked from"
+	@echo "                       every page's download menu: _build/\$$SCALE/pdf/ntkbook.pdf (installs TeX Live when root)"
 	@echo "make chapter CH=name   execute one chapter (book/name.md) and render the book, reusing the others' last notebooks"
 	@echo "make lab CH=name       open a chapter as a notebook in JupyterLab (installs the [notebook] extra)"
 	@echo "make data              fetch and check every data file (DATA=dir, default \$$NTKBOOK_DATA or ~/.cache/ntkbook; CH=name: one chapter's)"
@@ -65,6 +68,11 @@ data: setup
 book: setup
 	$(PY) -m ntkbook.book.build --scale $(SCALE) --edition $(EDITION)
 	@echo "open $(BOOK_OUT)/html/index.html"
+
+# the book and, from the same executed notebooks, the whole-book PDF (rendered first: the HTML links it)
+pdf: setup texlive
+	$(PY) -m ntkbook.book.build --scale $(SCALE) --edition $(EDITION) --pdf
+	@echo "open $(BOOK_OUT)/pdf/ntkbook.pdf (and $(BOOK_OUT)/html/index.html)"
 
 chapter: setup
 	@test -n "$(CH)" || { echo "usage: make chapter CH=name [SCALE=smoke]  (name of a file in book/, e.g. modular_mlp)" >&2; exit 2; }
@@ -98,7 +106,20 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is missing and cannot be installed here: the browser check will be skipped"; fi
 
-test: setup browser
+# Debian's TeX Live for the PDF (XeLaTeX with the FreeFont fonts; latexmk runs it) and poppler's
+# pdfinfo/pdfimages/pdftotext for its test: installed when missing and we are root, otherwise
+# `make pdf` fails saying what is missing and the PDF test is skipped with the reason shown.
+TEXLIVE_DEBS := latexmk texlive-xetex texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended \
+	fonts-freefont-otf poppler-utils
+texlive:
+	@if command -v latexmk >/dev/null 2>&1 && command -v xelatex >/dev/null 2>&1 && command -v pdfimages >/dev/null 2>&1 \
+		&& fc-list 2>/dev/null | grep -q FreeSerif; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's TeX Live for the PDF ..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEXLIVE_DEBS) >/dev/null; \
+	else echo "TeX Live (latexmk, xelatex) or poppler-utils is missing and cannot be installed here: the PDF test will be skipped"; fi
+
+test: setup browser texlive
 	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # The tests marked slow (whole reproductions CI checks on a sample); the weekly reproduce.yml runs it.

@@ -1,6 +1,8 @@
-"""The two book builds that tests read, each run once per test run: the whole book at smoke scale
-(``tests/test_book.py``) and at paper scale with no data set, no download cache and downloads off
-(``tests/test_paper_build.py``).
+"""The book builds that tests read, each run once per test run: the whole book at smoke scale
+(``tests/test_book.py``), at paper scale with no data set, no download cache and downloads off
+(``tests/test_paper_build.py``), and the whole-book PDF rendered from the smoke build's executed
+notebooks (``tests/test_pdf.py``: it waits for the smoke build, then runs alongside the tests that
+read the smoke book; without TeX Live it records why it was skipped).
 
 Under xdist (``make test``) the controller starts both builds as background processes as soon as
 a worker has collected the tests (``pytest_xdist_node_collection_finished`` in tests/conftest.py),
@@ -31,7 +33,9 @@ ROOT = REPO / "_build" / "ci"
 #: where the smoke build writes the book (tests/test_book.py reads its pages)
 SMOKE_OUT = REPO / "_build" / "smoke"
 #: build name -> the test file that reads it
-READERS = {"smoke": "tests/test_book.py", "paper": "tests/test_paper_build.py"}
+READERS = {"smoke": "tests/test_book.py", "paper": "tests/test_paper_build.py", "pdf": "tests/test_pdf.py"}
+#: builds that render what another build executed: name -> the build they wait for
+NEEDS = {"pdf": "smoke"}
 #: how often a waiting test looks for the result (seconds)
 POLL = 2.0
 
@@ -48,6 +52,9 @@ def _git_status() -> str:
 
 def _command(name: str, where: Path) -> tuple[list[str], dict, dict]:
     """The build's command line, its environment and the paths its tests check."""
+    if name == "pdf":  # the smoke build's notebooks, rendered as a PDF (its HTML is left as it is)
+        cmd = [sys.executable, "-m", "ntkbook.book.build", "--scale", "smoke", "--out", str(SMOKE_OUT), "--pdf-only"]
+        return cmd, dict(os.environ), {"out": str(SMOKE_OUT), "pdf": str(SMOKE_OUT / "pdf" / "ntkbook.pdf")}
     cmd = [sys.executable, "-m", "ntkbook.book.build", "--scale", name]
     if name == "smoke":
         return cmd + ["--out", str(SMOKE_OUT)], dict(os.environ), {"out": str(SMOKE_OUT)}
@@ -61,16 +68,55 @@ def _command(name: str, where: Path) -> tuple[list[str], dict, dict]:
     return cmd + ["--out", str(out)], env, {"out": str(out), "no_data": str(empty)}
 
 
+def _skip_reason(name: str, run_id: str | None) -> str | None:
+    """Why build ``name`` cannot run here (its tools are missing, the build it renders failed), or
+    None; waits for the build it needs (:data:`NEEDS`)."""
+    if name not in NEEDS:
+        return None
+    from ntkbook.book import build as bookbuild  # noqa: PLC0415
+
+    if missing := bookbuild.missing_pdf_tools() + [t for t in ("pdfinfo", "pdfimages", "pdftotext")
+                                                   if shutil.which(t) is None]:
+        return (f"{', '.join(missing)} not installed (TeX Live, poppler-utils: `make test` installs them "
+                "when run as root); the PDF was not built")
+    needed = _wait(NEEDS[name], run_id)
+    if needed.get("code") != 0:
+        return f"the {NEEDS[name]} build failed (its tests say why); the PDF was not built"
+    return None
+
+
+def _wait(name: str, run_id: str | None) -> dict:
+    """The result of build ``name`` of this run: waited for when it was started in the background,
+    else run here (under the file lock)."""
+    where = run_dir(run_id)
+    done, started = where / f"{name}.json", where / f"{name}.started"
+    if started.exists():
+        pid = json.loads(started.read_text())["pid"]
+        while not done.exists() and _alive(pid):
+            time.sleep(POLL)
+        return json.loads(done.read_text()) if done.exists() else {"code": -1}
+    where.mkdir(parents=True, exist_ok=True)
+    with open(where / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if run_id and done.exists():
+            return json.loads(done.read_text())
+        return build(name, run_id)
+
+
 def build(name: str, run_id: str | None) -> dict:
     """Run build ``name`` in the foreground and write its result file; returns the result."""
     where = run_dir(run_id)
     where.mkdir(parents=True, exist_ok=True)
     cmd, env, paths = _command(name, where)
+    skip = _skip_reason(name, run_id)
     before = _git_status()
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if skip:
+        proc = subprocess.CompletedProcess(cmd, None, "", "")
+    else:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     summary_file = Path(paths["out"]) / "chapters.json"
-    result = {"name": name, "code": proc.returncode, "log": proc.stdout + proc.stderr,
+    result = {"name": name, "code": proc.returncode, "log": proc.stdout + proc.stderr, "skip": skip,
               "summary": json.loads(summary_file.read_text()) if summary_file.exists() else {},
               "status_before": before, "status_after": _git_status(),
               "seconds": round(time.perf_counter() - start, 1), **paths}

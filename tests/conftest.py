@@ -77,6 +77,7 @@ def pytest_xdist_node_collection_finished(node, ids):
     if _STARTED:
         return
     wanted = sorted({name for name in map(_reads_build, ids) if name})
+    wanted.sort(key=lambda name: name in book_builds.NEEDS)  # a build that waits for another starts after it
     for name in wanted:
         _STARTED[name] = book_builds.start(name, node.workerinput["testrunuid"])
 

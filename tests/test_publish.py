@@ -4,6 +4,7 @@ the Colab notebooks, the internal link check, the workflows (linted), licence an
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -444,24 +445,46 @@ def test_what_the_workflows_do():
     publish = _workflow("publish.yml")
     assert publish["on"]["push"]["branches"] == ["main"]
     build = [s.get("run", s.get("uses", "")) for s in publish["jobs"]["build"]["steps"]]
-    order = ["make setup", "make book SCALE=paper", "ntkbook.book.htmlcheck _build/paper/html",
-             "ntkbook.book.notebooks", "actions/upload-pages-artifact@"]
+    order = ["make setup", "sudo make texlive", "make pdf SCALE=paper", "ntkbook.book.htmlcheck _build/paper/html",
+             "ntkbook.book.notebooks", "actions/upload-artifact@"]
     at = [next(i for i, s in enumerate(build) if o in s) for o in order]
     assert at == sorted(at), build
     assert not any("make data" in s for s in build), "the paper-scale book builds from results/ alone"
     assert publish["jobs"]["build"]["env"]["NTKBOOK_REPOSITORY_URL"] == "${{ github.server_url }}/${{ github.repository }}"
-    assert publish["jobs"]["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
-    assert "actions/deploy-pages@" in publish["jobs"]["deploy"]["steps"][0]["uses"]
+    site = next(s for s in publish["jobs"]["build"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")
+                and s["with"]["name"] == "site")
+    assert site["with"]["path"] == "_build/paper/html"
+    # the site goes to the root of the Pages branch, the pull requests' previews in _preview/ kept
+    assert publish["jobs"]["deploy"]["permissions"] == {"contents": "write"}
+    assert "tools/pages_branch.sh site site" in publish["jobs"]["deploy"]["steps"][-1]["run"]
     push = publish["jobs"]["notebooks"]["steps"][-1]["run"]
     assert "push --force" in push and f" {bookbuild.NOTEBOOKS_BRANCH}\n" in push + "\n"
     preview = _workflow("preview.yml")
     assert list(preview["on"]) == ["pull_request"]
+    assert preview["on"]["pull_request"]["types"] == ["opened", "synchronize", "reopened", "closed"]
+    assert all(job["permissions"] in ({}, {"contents": "read"}) for job in preview["jobs"].values())
     runs = [s.get("run", "") for s in _steps(preview)]
     assert "make test" in runs
     checkout = next(s for s in _steps(preview) if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"]["fetch-depth"] == 0  # tests/test_provenance.py needs the history
     upload = next(s for s in _steps(preview) if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["with"]["path"] == "_build/smoke/html"
+    # the deployed previews: built above with no secrets, deployed by a workflow_run that runs no code
+    # of the pull request (only this repository's), for pull requests of this repository only
+    deploy = _workflow("preview-deploy.yml")
+    assert deploy["on"] == {"workflow_run": {"workflows": ["preview"], "types": ["completed"]}}
+    job = deploy["jobs"]["deploy"]
+    assert job["permissions"] == {"actions": "read", "contents": "write", "pull-requests": "write"}
+    assert "head_repository.full_name == github.repository" in job["if"]
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert set(checkout["with"]) == {"persist-credentials"}  # the default branch, never the pull request's head
+    download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["with"]["name"] == upload["with"]["name"]
+    assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+    runs = "\n".join(s.get("run", "") for s in job["steps"])
+    assert 'tools/pages_branch.sh preview "$NUMBER"' in runs and 'tools/pages_branch.sh remove "$NUMBER"' in runs
+    assert "/_preview/$NUMBER/" in runs and "issues/$NUMBER/comments" in runs
+    assert "${{" not in runs  # event data reaches the scripts through env only
     links = _workflow("links.yml")
     assert links["on"]["schedule"][0]["cron"].split()[2:] == ["*", "*", "1"]  # weekly
     assert any("htmlcheck --online" in s.get("run", "") for s in _steps(links))
@@ -564,3 +587,61 @@ def test_licences():
     assert sorted(_cff()["license"]) == ["CC-BY-4.0", "MIT"]
     readme = (REPO / "README.md").read_text()
     assert "LICENSE-text" in readme and "CC BY 4.0" in readme and "MIT" in readme
+
+
+# ------------------------------------------------------------------------------------------------
+# the Pages branch: the site at its root, pull requests' previews in _preview/<number>/
+# ------------------------------------------------------------------------------------------------
+PAGES_BRANCH = REPO / "tools" / "pages_branch.sh"
+
+
+def _pages(remote: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PAGES_REMOTE": str(remote)}
+    return subprocess.run(["bash", str(PAGES_BRANCH), *args], env=env, capture_output=True, text=True)
+
+
+def _pages_files(remote: Path) -> set[str]:
+    out = subprocess.run(["git", "--git-dir", str(remote), "ls-tree", "-r", "--name-only", "gh-pages"],
+                         capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def _site(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_pages_branch_keeps_the_site_and_the_previews_apart(tmp_path):
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "--quiet", "--bare", str(remote)], check=True)
+    site = _site(tmp_path / "site", {"index.html": "book", "_static/a.css": "css"})
+    assert _pages(remote, "site", str(site)).returncode == 0
+    assert _pages(remote, "preview", "7", str(_site(tmp_path / "pr7", {"index.html": "pr 7"}))).returncode == 0
+    (site / "_static" / "a.css").unlink()
+    _site(site, {"_static/b.css": "css"})
+    assert _pages(remote, "site", str(site)).returncode == 0  # a new site: old files gone, previews kept
+    assert _pages_files(remote) == {".nojekyll", "index.html", "_static/b.css", "_preview/7/index.html"}
+    log = subprocess.run(["git", "--git-dir", str(remote), "rev-list", "--count", "gh-pages"],
+                         capture_output=True, text=True, check=True).stdout
+    assert log.strip() == "1"  # one commit: no history of old builds
+    assert _pages(remote, "remove", "7").returncode == 0
+    assert _pages_files(remote) == {".nojekyll", "index.html", "_static/b.css"}
+    again = _pages(remote, "remove", "7")
+    assert again.returncode == 0 and "nothing to remove" in again.stdout
+    for bad in (["preview", "../x", str(site)], ["remove", "0"], ["remove", "7; rm"], ["site", str(tmp_path / "none")]):
+        assert _pages(remote, *bad).returncode == 2, bad
+
+
+def test_pages_branch_runs_at_the_same_time_lose_nothing(tmp_path):
+    """Previews of several pull requests written at once (each push refused when the branch moved
+    under it, then redone) all end up on the branch."""
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "--quiet", "--bare", str(remote)], check=True)
+    env = {**os.environ, "PAGES_REMOTE": str(remote)}
+    procs = [subprocess.Popen(["bash", str(PAGES_BRANCH), "preview", str(n),
+                               str(_site(tmp_path / f"pr{n}", {"index.html": f"pr {n}"}))],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(1, 5)]
+    assert [p.wait() for p in procs] == [0] * 4
+    assert _pages_files(remote) == {".nojekyll"} | {f"_preview/{n}/index.html" for n in range(1, 5)}

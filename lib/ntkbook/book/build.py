@@ -20,6 +20,13 @@ A summary with the status and wall time of each chapter is written to
 ``_build/<scale>/chapters.json``; ``--record-times`` also stores the chapters' times in
 ``results/chapters.json``, from which each chapter's "Run this chapter" box reads them.
 
+``--pdf`` (what ``make pdf`` runs) also renders the whole book as one PDF with the Sphinx LaTeX
+builder (``jupyter-book build --builder pdflatex``, XeLaTeX from Debian's TeX Live), from the same
+executed notebooks and before the HTML, into ``_build/<scale>/pdf/ntkbook.pdf``; the PDF is then
+copied beside the HTML pages and every page's download menu links it (a build without ``--pdf``
+has no such link, so it is never broken). ``--pdf-only`` renders the PDF alone from the notebooks
+executed by the last build at this scale, with today's configuration (the HTML is left as it is).
+
 ``--edition student`` builds the student edition: the chapters are executed with their solutions
 (so both editions show the same numbers), then the solutions are removed from the executed
 notebooks and the MyST downloads (:mod:`ntkbook.book.editions`); output in ``_build/<scale>-student``.
@@ -73,6 +80,11 @@ PROGRESS_LINE = re.compile(
 # MathJax lives in _mathjax/mathjax, not _static: Jupyter Book adds every .js file under
 # _static to every page, which would load all of MathJax's bundles at once.
 MATHJAX_DIR = "_mathjax"
+#: file name of the whole-book PDF (``latex.latex_documents.targetname`` in ``_config.yml`` gives
+#: its stem): written to ``_build/<scale>/pdf/`` and, for the HTML, beside ``index.html``
+PDF_NAME = "ntkbook.pdf"
+#: what a PDF build needs on the PATH (Debian: ``make texlive`` installs them)
+PDF_TOOLS = ("latexmk", "xelatex", "make")
 #: the branch the publish workflow writes the chapters' Colab notebooks to (ntkbook.book.notebooks);
 #: the "Open in Colab" buttons open them there
 NOTEBOOKS_BRANCH = "notebooks"
@@ -369,11 +381,53 @@ def _execute_all(todo: list[str], repo: Path, src_dir: Path, scale: str, edition
             print(f"[{scale}] {exc}", file=sys.stderr, flush=True)
 
 
+def missing_pdf_tools() -> list[str]:
+    """The programs of :data:`PDF_TOOLS` not found on the PATH."""
+    return [t for t in PDF_TOOLS if shutil.which(t) is None]
+
+
+def build_pdf(out: Path, scale: str = "paper") -> Path:
+    """Render the executed notebooks staged in ``out/src`` (by :func:`build`) as one PDF with
+    jupyter-book's LaTeX builder (warnings as errors, like the HTML) and latexmk; returns
+    ``out/pdf/ntkbook.pdf``. The LaTeX sources and log are kept in ``out/pdf-build``."""
+    src_dir = out / "src"
+    missing = [c for c in toc_chapters(src_dir if (src_dir / "_toc.yml").exists() else REPO)
+               if not (src_dir / Path(c).with_suffix(".ipynb")).exists()]
+    if not (src_dir / "_config.yml").exists() or missing:
+        raise ChapterError(f"no executed notebooks to render in {src_dir} (missing: {missing or 'all'}): "
+                           f"build the book at this scale first")
+    if missing_tools := missing_pdf_tools():
+        raise RuntimeError(f"the PDF needs {', '.join(missing_tools)} (TeX Live): `make texlive` installs "
+                           "Debian's packages when run as root")
+    work = out / "pdf-build"
+    shutil.rmtree(work, ignore_errors=True)
+    jb = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src_dir), "--path-output", str(work),
+          "-W", "-n", "--keep-going", "--builder", "pdflatex"]
+    print(f"[{scale}] rendering the PDF with jupyter-book and XeLaTeX ...", flush=True)
+    t0 = time.perf_counter()
+    # latexmk must not stop to ask on a TeX error; the build's log keeps its output
+    env = {**os.environ, "LATEXMKOPTS": "-interaction=nonstopmode -halt-on-error"}
+    proc = subprocess.run(jb, capture_output=True, text=True, env=env)
+    log = proc.stdout + proc.stderr
+    (out / "pdf.log").write_text(log)
+    built = work / "_build" / "latex" / PDF_NAME
+    if proc.returncode != 0 or not built.exists() or "Failed to build pdf" in log:
+        warnings = [ln for ln in log.splitlines() if "WARNING" in ln or "ERROR" in ln or ln.startswith("!")]
+        print("\n".join(warnings[-40:]) or log[-4000:], file=sys.stderr)
+        raise ChapterError(f"the PDF build failed (log: {out / 'pdf.log'}; LaTeX: {built.with_suffix('.log')})")
+    target = out / "pdf" / PDF_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(built, target)
+    print(f"[{scale}] PDF rendered in {time.perf_counter() - t0:.0f}s: {target}", flush=True)
+    return target
+
+
 def build(scale: str, chapters: list[str] | None = None, execute_only: bool = False,
           out: Path | None = None, reuse_others: bool = False, times: bool = False,
-          edition: str = "teacher", repo: Path = REPO) -> int:
+          edition: str = "teacher", repo: Path = REPO, pdf: bool = False) -> int:
     """Execute ``chapters`` (all by default) at ``scale`` and, unless ``execute_only``, render the
-    book. With ``reuse_others`` the notebooks of the other chapters executed by the last build
+    book; with ``pdf`` the whole-book PDF first (:func:`build_pdf`), which the HTML then links.
+    With ``reuse_others`` the notebooks of the other chapters executed by the last build
     into ``out`` are kept (those missing are executed). The student ``edition`` removes the
     solutions from the executed notebooks (:mod:`ntkbook.book.editions`); it is built into
     ``_build/<scale>-student`` by default. ``repo`` is the book's root (``_toc.yml``, ``book/``)."""
@@ -424,6 +478,14 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
         return 1
     if execute_only:
         return 0
+    if pdf:
+        try:
+            made = build_pdf(out, scale)
+        except (ChapterError, RuntimeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        # beside the HTML pages (the staged _myst folder is html_extra_path); the download menu links it
+        shutil.copy2(made, src_dir / MYST_DIR / PDF_NAME)
     html = out / "html"
     jb = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src_dir), "--path-output", str(out),
           "-W", "-n", "--keep-going", "--builder", "html"]
@@ -464,6 +526,8 @@ def _chapter_path(name: str) -> str:
 def _add_myst_download(app, pagename, templatename, context, doctree):
     buttons = context.get("header_buttons") or []
     source = Path(app.srcdir) / MYST_DIR / f"{pagename}.md"
+    # the whole-book PDF, only when this build made one (build(pdf=True) put it beside the pages)
+    book_pdf = (Path(app.srcdir) / MYST_DIR / PDF_NAME).exists()
     for group in buttons:
         if group.get("label") != "download-buttons":
             continue
@@ -475,6 +539,11 @@ def _add_myst_download(app, pagename, templatename, context, doctree):
                 "type": "link", "url": context["pathto"](f"{pagename}.md", 1), "text": ".md",
                 "tooltip": "Download the MyST source (jupytext: open with `jupyter lab`)",
                 "icon": "fas fa-file-code", "label": "download-myst-button"})
+        if book_pdf:
+            group["buttons"].append({
+                "type": "link", "url": context["pathto"](PDF_NAME, 1), "text": "book .pdf",
+                "tooltip": "Download the whole book as a PDF (typeset with LaTeX)",
+                "icon": "fas fa-book", "label": "download-book-pdf-button"})
 
 
 #: nodes whose text is never typeset: code, math, raw HTML
@@ -506,9 +575,72 @@ def _ancestors(node):
         node = node.parent
 
 
+#: the PDF's LaTeX class (:func:`_latex_class`)
+LATEX_CLASS = Path(__file__).parent / "latex" / "jupyterBook.cls"
+
+
+def _latex_class(app):
+    """For the PDF: write the book's LaTeX class over the one sphinx-jupyterbook-latex has just
+    copied into the LaTeX build (same name, which the extension selects): Sphinx's manual class
+    without the extension's bbm, pgfplots and tikz, which the book does not use and which would
+    need the largest of Debian's TeX Live collections (``lib/ntkbook/book/latex/jupyterBook.cls``)."""
+    if app.builder.format != "latex":
+        return
+    shutil.copy2(LATEX_CLASS, Path(app.outdir) / LATEX_CLASS.name)
+    site = getattr(app.config, "external_site_map", None)
+    unnumbered = [t.caption for t in site.root.subtrees if t.caption and not t.numbered] if site else []
+    app.builder.context["preamble"] += _unnumbered_parts_preamble(unnumbered)
+
+
+def _unnumbered_parts_preamble(captions: list[str]) -> str:
+    """LaTeX that leaves the parts of ``_toc.yml`` without ``numbered: true`` (the back matter)
+    unnumbered in the PDF, with their chapters, as the HTML does (the PDF would number them on)."""
+    from sphinx.util.texescape import escape
+
+    if not captions:
+        return ""
+    letters = [chr(ord("a") + i) for i in range(len(captions))]  # macro names take letters only
+    names = "".join(rf"\def\ntkbook@u@{x}{{{escape(c)}}}" + "\n" for x, c in zip(letters, captions))
+    tests = "".join(rf"\ifx\ntkbook@title\ntkbook@u@{x}\setcounter{{secnumdepth}}{{-2}}\fi" for x in letters)
+    return ("\n% parts unnumbered in the HTML are unnumbered here too (ntkbook.book.build)\n\\makeatletter\n" + names
+            + r"\AtBeginDocument{\edef\ntkbook@secnumdepth{\the\c@secnumdepth}}" + "\n"
+            + r"\let\ntkbook@part\part" + "\n"
+            + r"\def\part#1{\def\ntkbook@title{#1}\setcounter{secnumdepth}{\ntkbook@secnumdepth}" + tests
+            + r"\ntkbook@part{#1}}" + "\n\\makeatother\n")
+
+
+def _latex_table_widths(app, doctree, docname):
+    """For the PDF: give every table of running text (the scorecard's, those glued from results)
+    column widths in proportion to its longest cell text, so that the LaTeX writer sets wrapping
+    columns rather than ``l`` columns that run off the page (a table of more than 30 rows, a
+    ``longtable``, gets no other widths). Tables with widths already given keep them."""
+    if app.builder.format != "latex":
+        return
+    from docutils import nodes
+
+    for table in doctree.findall(nodes.table):
+        if "colwidths-given" in table.get("classes", []):
+            continue
+        for tgroup in table.findall(nodes.tgroup):
+            colspecs = [c for c in tgroup.children if isinstance(c, nodes.colspec)]
+            longest = [0] * len(colspecs)
+            for row in tgroup.findall(nodes.row):
+                for i, entry in enumerate(e for e in row.children if isinstance(e, nodes.entry)):
+                    if i < len(longest):
+                        longest[i] = max(longest[i], len(entry.astext()))
+            if not colspecs or sum(longest) < 80:  # fits on a line as it is
+                break
+            for spec, n in zip(colspecs, longest):
+                spec["colwidth"] = min(max(n, 6), 60)
+        else:
+            table["classes"] = [*table.get("classes", []), "colwidths-given"]
+
+
 def setup(app):
     """Sphinx entry point (``ntkbook.book.build`` in ``_config.yml``'s extra_extensions)."""
     app.connect("html-page-context", _add_myst_download, priority=502)
+    app.connect("builder-inited", _latex_class, priority=900)  # after sphinx-jupyterbook-latex's copy
+    app.connect("doctree-resolved", _latex_table_widths)
     app.connect("doctree-resolved", _typeset_doctree)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
@@ -525,16 +657,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--edition", choices=EDITIONS, default=os.environ.get("EDITION") or "teacher",
                         help="teacher (default: with the solutions) or student (exercises without solutions; "
                              "built into _build/<scale>-student)")
+    parser.add_argument("--pdf", action="store_true",
+                        help="also render the whole book as a PDF (TeX Live), linked from every page's download menu")
+    parser.add_argument("--pdf-only", action="store_true",
+                        help="only render the PDF, from the notebooks executed by the last build at this scale")
     parser.add_argument("--record-times", action="store_true",
                         help="store the chapters' execution times in results/chapters.json")
     args = parser.parse_args(argv)
+    if args.pdf_only:
+        out = args.out or REPO / "_build" / (args.scale if args.edition == "teacher" else f"{args.scale}-{args.edition}")
+        try:
+            if (out / "src").is_dir():  # today's configuration with the notebooks executed earlier
+                stage(out / "src", REPO, edition=args.edition, scale=args.scale)
+            build_pdf(out, args.scale)
+        except (ChapterError, RuntimeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.execute_only is not None:
         return build(args.scale, args.execute_only or None, execute_only=True, out=args.out,
                      times=args.record_times, edition=args.edition)
     if args.chapter:
         return build(args.scale, [_chapter_path(args.chapter)], out=args.out, reuse_others=True,
-                     times=args.record_times, edition=args.edition)
-    return build(args.scale, out=args.out, times=args.record_times, edition=args.edition)
+                     times=args.record_times, edition=args.edition, pdf=args.pdf)
+    return build(args.scale, out=args.out, times=args.record_times, edition=args.edition, pdf=args.pdf)
 
 
 if __name__ == "__main__":
