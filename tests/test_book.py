@@ -85,6 +85,10 @@ def test_page_in_browser(smoke_build, chapter, width):
     assert report.images >= _expected_figures(chapter), (
         f"{page}: {report.images} images shown, the notebook has {_expected_figures(chapter)} figures")
     source = (REPO / chapter).read_text()
+    # the previews of references were tried (and passed, above) where the chapter has such references
+    for kind in ("numref", "eq"):
+        if "{" + kind + "}`" in source:
+            assert kind in report.previews_checked, f"{page}: no {{{kind}}} reference's preview was checked"
     if "$$" in source or "$" in source:
         assert report.math > 0 and report.math_rendered == report.math
 
