@@ -551,16 +551,20 @@ def _previews_scripts_once(app, config) -> None:
 
 def _previews_cleanup(app, exception) -> None:
     """After sphinx-tippy has written each page's preview script (``_static/tippy/<page>.<uuid>.js``,
-    a new name every build), remove the scripts of earlier builds that no page loads any more and
-    its empty caches of web look-ups (which are off) from the site."""
+    a new name each time the page is written), remove the scripts that no page of the site loads
+    any more (an incremental build rewrites some pages only: the others keep loading their earlier
+    scripts, which stay) and its empty caches of web look-ups (which are off) from the site."""
     if exception or app.builder.format != "html":
         return
-    pages = getattr(app.env, "tippy_data", {}).get("pages", {})
-    current = {Path(d["js_path"]).resolve() for d in pages.values()}
-    folder = Path(app.outdir, "_static", "tippy")
+    out = Path(app.outdir)
+    folder = out / "_static" / "tippy"
     if folder.is_dir():
+        loaded = set()
+        for page in out.rglob("*.html"):
+            for src in re.findall(r'<script[^>]+src="([^"?]*_static/tippy/[^"?]+\.js)', page.read_text(errors="replace")):
+                loaded.add((page.parent / src).resolve())
         for js in folder.rglob("*.js"):
-            if js.resolve() not in current:
+            if js.resolve() not in loaded:
                 js.unlink()
     for name in ("tippy_wiki_cache.json", "tippy_doi_cache.json", "tippy_rtd_cache.json"):
         Path(app.outdir, name).unlink(missing_ok=True)
