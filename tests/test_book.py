@@ -139,7 +139,7 @@ import re  # noqa: E402
 #: chapters of the "reader" helper: the Run-this-chapter box and the provenance line are checked here
 READER_CHAPTERS = ["book/intro.md", "book/ntk_in_one_page.md", "book/entk_lanczos.md", "book/attention_width.md",
                    "book/modular_mlp.md", "book/modular_transformer.md", "book/gemma.md", "book/influence.md"]
-NO_EXERCISES = {"book/scorecard.md", "book/status.md", "book/fork.md", "book/cite.md", "book/references.md"}
+NO_EXERCISES = {"book/scorecard.md", "book/report.md", "book/status.md", "book/fork.md", "book/cite.md", "book/references.md"}
 FEWER_EXERCISES = {"book/intro.md": 1, "book/ntk_in_one_page.md": 1}
 
 
