@@ -22,7 +22,8 @@ PY := $(VENV)/bin/python
 SCALE ?= paper
 EDITION ?= teacher
 BOOK_OUT := _build/$(SCALE)$(if $(filter student,$(EDITION)),-student)
-# the hashed lock of the [book,test] extras (Linux x86_64, Python 3.12), generated from pyproject.toml
+# the hashed lock of the [book,test] extras (Python 3.12; one file for Linux x86_64 and aarch64, macOS
+# arm64 and Windows x64: environment markers select each platform's packages), generated from pyproject.toml
 LOCK := requirements/lock.txt
 
 # Data: $NTKBOOK_DATA if set, else ../shared/data when it exists (the layout used by CI).
@@ -79,11 +80,13 @@ chapter: setup
 	$(PY) -m ntkbook.book.build --scale $(SCALE) --edition $(EDITION) --chapter $(CH)
 	@echo "open $(BOOK_OUT)/html/book/$(CH).html"
 
-# The lock is generated, never edited: change a pin in pyproject.toml, then `make lock`.
+# The lock is generated, never edited: change a pin in pyproject.toml, then `make lock`. It is universal
+# (--universal: markers such as sys_platform == 'win32' on the packages one platform needs), and uv keeps
+# the versions the lock already has wherever the pins allow (the existing file is its preference).
 lock: setup
 	$(PY) -m pip install --quiet "$$($(PY) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["lock"][0])')"
 	$(VENV)/bin/uv pip compile pyproject.toml --extra book --extra test --python-version 3.12 \
-		--python-platform x86_64-manylinux_2_28 --generate-hashes --custom-compile-command "make lock" \
+		--universal --generate-hashes --custom-compile-command "make lock" \
 		--quiet --output-file $(LOCK)
 
 # JupyterLab with jupytext; .md chapters open as notebooks (settings override in the venv).

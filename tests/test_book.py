@@ -85,6 +85,10 @@ def test_page_in_browser(smoke_build, chapter, width):
     assert report.images >= _expected_figures(chapter), (
         f"{page}: {report.images} images shown, the notebook has {_expected_figures(chapter)} figures")
     source = (REPO / chapter).read_text()
+    # the previews of references were tried (and passed, above) where the chapter has such references
+    for kind in ("numref", "eq"):
+        if "{" + kind + "}`" in source:
+            assert kind in report.previews_checked, f"{page}: no {{{kind}}} reference's preview was checked"
     if "$$" in source or "$" in source:
         assert report.math > 0 and report.math_rendered == report.math
 
@@ -135,7 +139,7 @@ import re  # noqa: E402
 #: chapters of the "reader" helper: the Run-this-chapter box and the provenance line are checked here
 READER_CHAPTERS = ["book/intro.md", "book/ntk_in_one_page.md", "book/entk_lanczos.md", "book/attention_width.md",
                    "book/modular_mlp.md", "book/modular_transformer.md", "book/gemma.md", "book/influence.md"]
-NO_EXERCISES = {"book/scorecard.md", "book/status.md", "book/fork.md", "book/cite.md", "book/references.md"}
+NO_EXERCISES = {"book/scorecard.md", "book/report.md", "book/status.md", "book/fork.md", "book/cite.md", "book/references.md"}
 FEWER_EXERCISES = {"book/intro.md": 1, "book/ntk_in_one_page.md": 1}
 
 

@@ -385,3 +385,63 @@ def test_first_screen_without_prose_fails_at_laptop_width(tmp_path, chromium, pn
     assert _problems(short, chromium, 1400) == [
         "the page has no paragraph of running text (a paragraph of at least 80 characters outside boxes, "
         "code, figures and labelled notes)"]
+
+
+@pytest.fixture(scope="module")
+def tippy():
+    try:
+        return bookbuild.ensure_tippy()
+    except RuntimeError as exc:  # no npm and no copy of popper / tippy.js: the preview checks cannot run
+        pytest.skip(str(exc))
+
+
+# a page as Sphinx writes it (<html data-content_root>, so the preview check applies) citing its figure
+# with a {numref} link and its equation with an {eq} link; the previews are attached as sphinx-tippy
+# does (its per-page script: tippy(link, {content, allowHTML, onShow: typeset the math}), run on load)
+REFS = ('<p>The condition number of the Gram matrix is the cube of that of the data, as '
+        '<a class="reference internal" href="#fig-x"><span class="std std-numref">Fig. 1.1</span></a> shows '
+        'and equation <a class="reference internal" href="#equation-eq-ok">(1.1)</a> states.</p>')
+TIPS = {"#fig-x": FIGURE, "#equation-eq-ok": '<div class="math notranslate nohighlight">\\[ \\kappa(G^3) = \\kappa(G)^3 \\]</div>'}
+
+
+def _preview_page(folder: Path, name: str, tippy: Path, mathjax: Path, png: Path, tips: dict | None,
+                  typeset: bool = True) -> Path:
+    import json
+
+    page = _page(folder, name, REFS + SHORT_EQ + FIGURE, mathjax, png)
+    html = page.read_text().replace("<html>", '<html data-content_root="./">')
+    scripts = "".join(f'<script defer src="{(tippy / f).as_uri()}"></script>'
+                      for f in ("popper.min.js", "tippy-bundle.umd.min.js"))
+    if tips is not None:
+        on_show = "onShow(i) { MathJax.typesetPromise([i.popper]); }," if typeset else ""
+        tips = {k: v.replace("{src}", png.as_uri()) for k, v in tips.items()}
+        scripts += ("<script>window.onload = function () { const tips = " + json.dumps(tips) + ";"
+                    " for (const [sel, html] of Object.entries(tips)) { for (const a of document.querySelectorAll("
+                    "'a[href=\"' + sel + '\"]')) { tippy(a, {content: html, allowHTML: true, " + on_show + "}); } } };"
+                    "</script>")
+    page.write_text(html.replace("</head>", scripts + "</head>"))
+    return page
+
+
+def test_references_show_their_previews(tmp_path, chromium, mathjax, png, tippy):
+    """On a page built by Sphinx, the first {numref} and the first {eq} reference must show a preview
+    holding the figure and the typeset equation; a page without previews, or whose equation preview
+    is left as raw LaTeX, fails; a hand-written page (no data-content_root) is not asked for any."""
+    good = _preview_page(tmp_path, "previews", tippy, mathjax, png, TIPS)
+    for width in htmlcheck.WIDTHS:
+        report = htmlcheck.check_page(good, chromium=chromium, width=width)
+        assert report.ok and report.previews_checked == ["numref", "eq"], (width, report.problems)
+    none = _preview_page(tmp_path, "no-previews", tippy, mathjax, png, None)
+    assert _problems(none, chromium) == [
+        "{numref} reference Fig. 1.1 (#fig-x) has no preview (sphinx-tippy did not attach one) at 1400 px",
+        "{eq} reference (1.1) (#equation-eq-ok) has no preview (sphinx-tippy did not attach one) at 1400 px"]
+    raw = _preview_page(tmp_path, "raw-preview", tippy, mathjax, png, TIPS, typeset=False)
+    assert _problems(raw, chromium) == [
+        "{eq} reference (1.1) (#equation-eq-ok) shows no preview with its content when hovered: "
+        "no typeset math at 1400 px"]
+    empty = _preview_page(tmp_path, "figure-less", tippy, mathjax, png, {**TIPS, "#fig-x": "<p>Fig. 1.1</p>"})
+    assert _problems(empty, chromium) == [
+        "{numref} reference Fig. 1.1 (#fig-x) shows no preview with its content when hovered: no figure at 1400 px"]
+    plain = _page(tmp_path, "hand-written", REFS + SHORT_EQ + FIGURE, mathjax, png)
+    report = htmlcheck.check_page(plain, chromium=chromium)
+    assert report.ok and report.previews_checked == [], report.problems

@@ -302,6 +302,17 @@ def test_a_tiny_book_renders_in_both_editions(tmp_path, monkeypatch):
     assert all(s in page for s in solutions)
     assert 'href="https://colab.research.google.com/github/o/r/blob/notebooks/book/tiny.ipynb"' in page
     assert 'href="https://github.com/o/r"' in page
+    # the previews' scripts come from the book itself (no CDN), once each, popper before tippy.js,
+    # and sphinx-tippy's web look-ups leave nothing in the site
+    scripts = re.findall(r'<script[^>]*src="([^"]+)"', page)
+    assert not [s for s in scripts if "://" in s], scripts
+    lib = [s.split("?")[0] for s in scripts if "tippy-lib/" in s]
+    assert lib == ["../_static/tippy-lib/popper.min.js", "../_static/tippy-lib/tippy-bundle.umd.min.js"], lib
+    html_dir = tmp_path / "teacher" / "html"
+    assert (html_dir / "_static" / "tippy-lib" / "popper.min.js").stat().st_size > 1000
+    tips = [s for s in scripts if "/_static/tippy/book/tiny." in s]
+    assert len(tips) == 1 and len(list((html_dir / "_static" / "tippy" / "book").glob("tiny.*.js"))) == 1
+    assert not list(html_dir.glob("tippy_*_cache.json"))
     monkeypatch.delenv("NTKBOOK_REPOSITORY_URL")
     assert bookbuild.build("smoke", out=tmp_path / "student", repo=repo, edition="student") == 0
     html = tmp_path / "student" / "html"

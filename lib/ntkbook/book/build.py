@@ -85,6 +85,11 @@ MATHJAX_DIR = "_mathjax"
 PDF_NAME = "ntkbook.pdf"
 #: what a PDF build needs on the PATH (Debian: ``make texlive`` installs them)
 PDF_TOOLS = ("latexmk", "xelatex", "make")
+#: scripts of the reference previews (popper and tippy.js for sphinx-tippy), installed from npm by
+#: the build like MathJax and served from _vendor/tippy-lib (html_static_path), never from a CDN
+VENDOR_DIR = "_vendor"
+TIPPY_PACKAGES = {"@popperjs/core@2.11.8": "dist/umd/popper.min.js",
+                  "tippy.js@6.3.7": "dist/tippy-bundle.umd.min.js"}
 #: the branch the publish workflow writes the chapters' Colab notebooks to (ntkbook.book.notebooks);
 #: the "Open in Colab" buttons open them there
 NOTEBOOKS_BRANCH = "notebooks"
@@ -226,6 +231,32 @@ def ensure_mathjax(repo: Path = REPO) -> Path:
     return target
 
 
+def ensure_tippy(repo: Path = REPO) -> Path:
+    """popper and tippy.js, the scripts of sphinx-tippy's previews, in ``_vendor/tippy-lib`` (the
+    ``tippy_js`` of ``_config.yml`` names them there); installed from the npm registry once, into
+    this checkout's ``.cache/npm-tippy`` (shared by every book ``repo`` built from it; a prefix of its
+    own: ``npm install --no-save`` into MathJax's would remove MathJax, and the other way round)."""
+    target = repo / VENDOR_DIR / "tippy-lib"
+    files = {spec: Path(spec.rsplit("@", 1)[0]) / path for spec, path in TIPPY_PACKAGES.items()}
+    if all((target / f.name).exists() for f in files.values()):
+        return target
+    prefix = REPO / ".cache" / "npm-tippy"
+    missing = [spec for spec, f in files.items() if not (prefix / "node_modules" / f).exists()]
+    if missing:
+        if shutil.which("npm") is None:
+            raise RuntimeError(
+                "the scripts of the reference previews (popper, tippy.js) are not installed and npm is "
+                f"missing: install Node.js/npm, or put {', '.join(f.name for f in files.values())} at {target}"
+            )
+        prefix.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(prefix), *missing],
+                       check=True, stdout=subprocess.DEVNULL)
+    target.mkdir(parents=True, exist_ok=True)
+    for f in files.values():
+        shutil.copy2(prefix / "node_modules" / f, target / f.name)
+    return target
+
+
 def repository_url(cfg: dict) -> str | None:
     """The book's repository URL: ``$NTKBOOK_REPOSITORY_URL`` (the publish workflow sets it to the
     repository it runs in), else ``repository.url`` of ``_config.yml``; None when neither is set.
@@ -304,7 +335,7 @@ def site_config(cfg: dict, url: str | None, edition: str = "teacher", scale: str
 
 def stage(src_dir: Path, repo: Path = REPO, edition: str = "teacher", scale: str = "paper") -> None:
     """Copy the configuration (with the repository URL written in, :func:`site_config`), the
-    bibliography, static files, MathJax and the chapters' MyST sources (without solutions in the
+    bibliography, static files, MathJax, the previews' scripts and the chapters' MyST sources (without solutions in the
     student edition) into ``src_dir`` (executed notebooks already there are kept)."""
     import yaml
 
@@ -316,6 +347,8 @@ def stage(src_dir: Path, repo: Path = REPO, edition: str = "teacher", scale: str
     (src_dir / "_config.yml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     shutil.copytree(repo / "_static", src_dir / "_static", dirs_exist_ok=True)
     shutil.copytree(repo / MATHJAX_DIR, src_dir / MATHJAX_DIR, dirs_exist_ok=True)
+    if (repo / VENDOR_DIR).exists():  # ensure_tippy (the build calls it) writes it
+        shutil.copytree(repo / VENDOR_DIR, src_dir / VENDOR_DIR, dirs_exist_ok=True)
     myst = src_dir / MYST_DIR
     if myst.exists():
         shutil.rmtree(myst)
@@ -449,6 +482,7 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
         return 2
     if not execute_only:
         ensure_mathjax(repo)
+        ensure_tippy(repo)
         if src_dir.exists() and not reuse_others:
             shutil.rmtree(src_dir)
         stage(src_dir, repo, edition=edition, scale=scale)
@@ -636,8 +670,40 @@ def _latex_table_widths(app, doctree, docname):
             table["classes"] = [*table.get("classes", []), "colwidths-given"]
 
 
+def _previews_scripts_once(app, config) -> None:
+    """Jupyter Book adds every ``.js`` file of the static folders to every page, in no useful order;
+    popper and tippy.js are loaded by sphinx-tippy (``tippy_js``: popper first, deferred), so the
+    copies Jupyter Book adds are dropped."""
+    lib = "tippy-lib/"
+    config.html_js_files = [f for f in config.html_js_files
+                            if not (f[0] if isinstance(f, (tuple, list)) else f).startswith(lib)]
+
+
+def _previews_cleanup(app, exception) -> None:
+    """After sphinx-tippy has written each page's preview script (``_static/tippy/<page>.<uuid>.js``,
+    a new name each time the page is written), remove the scripts that no page of the site loads
+    any more (an incremental build rewrites some pages only: the others keep loading their earlier
+    scripts, which stay) and its empty caches of web look-ups (which are off) from the site."""
+    if exception or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    folder = out / "_static" / "tippy"
+    if folder.is_dir():
+        loaded = set()
+        for page in out.rglob("*.html"):
+            for src in re.findall(r'<script[^>]+src="([^"?]*_static/tippy/[^"?]+\.js)', page.read_text(errors="replace")):
+                loaded.add((page.parent / src).resolve())
+        for js in folder.rglob("*.js"):
+            if js.resolve() not in loaded:
+                js.unlink()
+    for name in ("tippy_wiki_cache.json", "tippy_doi_cache.json", "tippy_rtd_cache.json"):
+        Path(app.outdir, name).unlink(missing_ok=True)
+
+
 def setup(app):
     """Sphinx entry point (``ntkbook.book.build`` in ``_config.yml``'s extra_extensions)."""
+    app.connect("config-inited", _previews_scripts_once)
+    app.connect("build-finished", _previews_cleanup, priority=900)  # after sphinx-tippy's (500)
     app.connect("html-page-context", _add_myst_download, priority=502)
     app.connect("builder-inited", _latex_class, priority=900)  # after sphinx-jupyterbook-latex's copy
     app.connect("doctree-resolved", _latex_table_widths)

@@ -31,6 +31,10 @@ it looks. A page fails (:attr:`PageReport.problems`) on
 - a table row with more cells than its header, in the rendered table or in a Markdown table of the
   page's source (``_sources/``), where the renderer silently drops the extra cells of a row split
   by a bare ``|``;
+- on a page built by Sphinx (``<html data-content_root>``), the first ``{numref}`` reference and the
+  first ``{eq}`` reference of the text that show no preview when the pointer enters them
+  (sphinx-tippy's tooltip, with the figure's image loaded, the table or text, or the equation
+  typeset by MathJax without raw LaTeX);
 - at :data:`FIRST_SCREEN` (a laptop's 1400 x 900): no paragraph of running text (at least
   :data:`FIRST_PROSE_CHARS` characters, outside admonitions, details, figures, tables, code and
   captions, and not a note opening with a bold label such as **Provenance.**; a Markdown cell
@@ -308,6 +312,71 @@ _REPORT_JS = r"""
       pictures: pictures, numbered: numbered, citing: citing, links: links, rows: rows,
       first_prose: firstProse
     };
+    previews(article).then(function (p) {
+      out.previews = p.problems;
+      out.previews_checked = p.checked;
+      deliver(out);
+    });
+  }
+  // Previews of references (sphinx-tippy) on a page built by Sphinx (the book's: <html
+  // data-content_root>): the first {numref} reference of the text (a figure, a table or a section)
+  // and the first {eq} reference must each show a preview when the pointer is over them (the
+  // tooltip of the link, shown as a mouseenter would show it), holding what they point to: the
+  // figure's image loaded, the table, or text; for an equation, math typeset by MathJax.
+  function previews(article) {
+    var result = {problems: [], checked: []};
+    if (!document.documentElement.hasAttribute('data-content_root')) { return Promise.resolve(result); }
+    var picks = [];
+    var numref = article.querySelector('a.reference.internal span.std-numref');
+    if (numref && numref.closest('a')) { picks.push({kind: 'numref', link: numref.closest('a')}); }
+    var eq = article.querySelector('a.reference.internal[href*="#equation-"]');
+    if (eq) { picks.push({kind: 'eq', link: eq}); }
+    function sleep(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
+    function verdict(pick, box) {
+      var label = pick.link.textContent.trim();
+      if (!box) { return 'no tooltip'; }
+      var text = box.textContent.replace(/\s+/g, ' ').trim();
+      var imgs = Array.prototype.slice.call(box.querySelectorAll('img'));
+      if (imgs.some(function (i) { return !(i.complete && i.naturalWidth > 0); })) { return 'an image that does not load'; }
+      if (pick.kind === 'eq') {
+        if (!box.querySelector('mjx-container')) { return 'no typeset math'; }
+        if (box.querySelector('mjx-merror')) { return 'a MathJax error'; }
+        if (/\\[A-Za-z(\[]/.test(text)) { return 'raw LaTeX'; }
+        return null;
+      }
+      if (/^Fig/.test(label) && !imgs.length) { return 'no figure'; }
+      if (/^Table/.test(label) && !box.querySelector('table') && text.length < 20) { return 'no table'; }
+      return text ? null : 'nothing';
+    }
+    function one(i) {
+      if (i >= picks.length) { return Promise.resolve(result); }
+      var pick = picks[i], link = pick.link, tip = link._tippy;
+      var name = (pick.kind === 'eq' ? '{eq} reference ' : '{numref} reference ') +
+                 link.textContent.trim() + ' (' + link.getAttribute('href') + ')';
+      result.checked.push(pick.kind);
+      if (!tip) {
+        result.problems.push(name + ' has no preview (sphinx-tippy did not attach one)');
+        return one(i + 1);
+      }
+      link.dispatchEvent(new MouseEvent('mouseenter', {bubbles: false}));
+      var tries = 0;
+      function poll() {
+        var box = tip.popper && tip.popper.querySelector('.tippy-box');
+        var why = tip.state.isVisible ? verdict(pick, box) : 'no tooltip';
+        if (!why || tries >= 40) {
+          if (why) { result.problems.push(name + ' shows no preview with its content when hovered: ' + why); }
+          tip.hide();
+          return one(i + 1);
+        }
+        tries += 1;
+        return sleep(100).then(poll);
+      }
+      return sleep(50).then(poll);
+    }
+    // after the other handlers of the load event (sphinx-tippy attaches its tooltips in one)
+    return sleep(100).then(function () { return one(0); });
+  }
+  function deliver(out) {
     if (window.parent !== window) {  // inside the frame of the given width: report to the top page
       window.parent.postMessage(JSON.stringify(out), '*');
       return;
@@ -352,6 +421,11 @@ class PageReport:
     #: where the second line of the page's first paragraph of running text ends (px from the
     #: top of the page), None for a page without one
     first_prose: float | None = None
+    #: references whose preview (sphinx-tippy) does not show or shows nothing of what they point to
+    previews: list[str] = field(default_factory=list)
+    #: the kinds of reference whose preview was tried ("numref", "eq"): the first of each on a page
+    #: built by Sphinx
+    previews_checked: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -374,6 +448,7 @@ class PageReport:
         out.extend(f"{x} is never cited in the text (cite it by number or with {{numref}})"
                    for x in self.uncited)
         out.extend(f"{x}: more cells than its header" for x in self.table_rows)
+        out.extend(p + at for p in self.previews)
         if self.width == FIRST_SCREEN[0]:
             w, h = FIRST_SCREEN
             if self.first_prose is None:
@@ -658,6 +733,8 @@ def check_page(page: str | os.PathLike, *, chromium: str | None = None, timeout:
         uncited=uncited_items(data["numbered"], data["citing"], data["links"]),
         table_rows=data["rows"] + source_table_rows(page),
         first_prose=data["first_prose"],
+        previews=data.get("previews", []),
+        previews_checked=data.get("previews_checked", []),
     )
 
 

@@ -218,6 +218,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "modular_transformer": ("mi-ntk",),
     "gemma": ("tinystories",),
     "scorecard": (),
+    "report": (),
     "status": (),
     "fork": (),
     "cite": (),
