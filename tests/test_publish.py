@@ -499,6 +499,18 @@ def test_what_the_workflows_do():
     links = _workflow("links.yml")
     assert links["on"]["schedule"][0]["cron"].split()[2:] == ["*", "*", "1"]  # weekly
     assert any("htmlcheck --online" in s.get("run", "") for s in _steps(links))
+    # a published release gets the site (a tarball) and the PDF of its tagged commit attached
+    release = _workflow("release.yml")
+    assert release["on"] == {"release": {"types": ["published"]}}
+    build = [s.get("run", s.get("uses", "")) for s in release["jobs"]["build"]["steps"]]
+    order = ["make setup", "sudo make texlive", "make pdf SCALE=paper", "ntkbook.book.htmlcheck _build/paper/html",
+             "tar -czf", "actions/upload-artifact@"]
+    at = [next(i for i, s in enumerate(build) if o in s) for o in order]
+    assert at == sorted(at), build
+    assert release["jobs"]["build"]["permissions"] == {"contents": "read"}
+    assert release["jobs"]["attach"]["permissions"] == {"contents": "write"}
+    upload = release["jobs"]["attach"]["steps"][-1]["run"]
+    assert upload.startswith('gh release upload "$TAG" assets/*') and "${{" not in upload
     weekly = _workflow("reproduce.yml")
     assert weekly["on"]["schedule"][0]["cron"].split()[2:4] == ["*", "*"]  # weekly
     runs = [s.get("run", "") for s in _steps(weekly)]
