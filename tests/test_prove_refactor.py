@@ -187,3 +187,27 @@ def test_wall_times_and_the_commit_that_ran_are_not_results(tmp_path):
     (diff,) = tool.compare_outputs(tmp_path / "base", tmp_path / "head", ignore={"points*.t_*": "a wall time"},
                                    commits=({None}, {BASE}))
     assert diff.startswith("scalars data_commit")
+
+
+def test_each_side_records_its_own_commit_whatever_head_is_meanwhile(tmp_path, monkeypatch):
+    """A commit made while a long proof runs must not reach its results: each side's smoke run is
+    told the commit it stands for (NTKBOOK_GIT_COMMIT), so a data entry computed on the way records
+    BASE's or HEAD's commit, both of which the comparison passes over."""
+    seen = {}
+
+    def fake_run_smoke(name, lib, out, configs, *, env=None, timeout=3600):
+        seen[out.name.rsplit(".", 1)[1]] = (env or {}).get(store_mod.COMMIT_ENV)
+        return "stop here"
+
+    monkeypatch.setattr(tool, "run_smoke", fake_run_smoke)
+    tool.prove("demo_sweep", LIB, LIB, {}, tmp_path, commits=({None, BASE}, {None, HEAD}))
+    assert seen == {"base": BASE}  # the base side failed (on purpose): the head side did not run
+    monkeypatch.setattr(tool, "run_smoke", lambda name, lib, out, configs, *, env=None, timeout=3600:
+                        seen.__setitem__(out.name.rsplit(".", 1)[1], (env or {}).get(store_mod.COMMIT_ENV)) or "")
+    with pytest.raises(FileNotFoundError):  # no outputs were written by the fake runs
+        tool.prove("demo_sweep", LIB, LIB, {}, tmp_path, commits=({None, BASE}, {None, HEAD}))
+    assert seen == {"base": BASE, "head": HEAD}
+    seen.clear()
+    with pytest.raises(FileNotFoundError):
+        tool.prove("demo_sweep", LIB, LIB, {}, tmp_path)  # no commits named: nothing pinned
+    assert seen == {"base": None, "head": None}

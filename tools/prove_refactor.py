@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 from ntkbook import experiments, freshness  # noqa: E402
 from ntkbook.codehash import SCHEME, Library, code_hash  # noqa: E402
-from ntkbook.store import Result, Store  # noqa: E402
+from ntkbook.store import COMMIT_ENV, Result, Store  # noqa: E402
 from rekey import LibraryAtCommit  # noqa: E402
 
 #: what runs in each fresh interpreter: the smoke preset of one experiment with the library on
@@ -195,9 +195,14 @@ def prove(name: str, lib_base: Path, lib_head: Path, configs: Mapping[str, Any],
     import numpy as np
 
     outs = {}
-    for side, lib in (("base", lib_base), ("head", lib_head)):
+    for side, lib, known in (("base", lib_base, commits[0]), ("head", lib_head, commits[1])):
         outs[side] = work / f"{name}.{side}"
-        failure = run_smoke(name, lib, outs[side], configs, env=env)
+        # each side's results (and the data entries it computes on the way) record that side's
+        # commit, whatever HEAD of the checkout is by the time they are stored (a commit made
+        # during a long proof would otherwise be recorded, and differ)
+        pinned = sorted(c for c in known if c)
+        side_env = {**(env or {}), **({COMMIT_ENV: pinned[0]} if len(pinned) == 1 else {})}
+        failure = run_smoke(name, lib, outs[side], configs, env=side_env)
         if failure:
             return Proof(name, False, [failure])
     module = experiments.get(name)
