@@ -289,6 +289,11 @@ MUTATIONS = [
       ("has_const = bool(const_w[ci] > 0.5)", "has_const = False"), MOD),
     M("X3", "experiments/gram_conditioning.py", "G~ spectrum taken from X instead of the attention output A = G X",
       ("lam_a, rank_a, kappa_a = gram.factor_spectrum(A)", "lam_a, rank_a, kappa_a = gram.factor_spectrum(x)"), GRAM),
+    # -- the structured eNTK (issue 37) -------------------------------------------------------------
+    M("N1", "ntk/structured.py", "a scalar on the way to a product forgotten (its square not applied)",
+      ("scale *= (s * s) if prim == \"mul\" else 1.0 / (s * s)", "scale *= 1.0"), ("tests/test_structured.py",)),
+    M("N2", "ntk/structured.py", "a product with the parameter on the left read as if on the right",
+      ("    if side == 1:   # output dims", "    if True:   # output dims"), ("tests/test_structured.py",)),
     # -- the influence experiments' shared helpers (issue 35 part 3) -----------------------------
     M("I1", "influence/scores.py", "Spearman's rho of the clean influences against themselves",
       ("out[f\"{label}/rho\"] = spearman(clean[label], after[label])",

@@ -1,6 +1,8 @@
 """The engine: it knows neither paper.
 
 - :mod:`ntkbook.ntk.entk`      the empirical NTK, materialised (per layer, reductions) and matrix-free
+- :mod:`ntkbook.ntk.structured` the same kernel by structured derivatives: dense layers as products of
+  two small Gram matrices, found automatically in the model's jaxpr (the rest by ``entk``)
 - :mod:`ntkbook.ntk.eig`       Lanczos and dense top-k eigenpairs of symmetric operators
 - :mod:`ntkbook.ntk.kernels`   analytic infinite-width kernels of the two-layer ReLU network
 - :mod:`ntkbook.ntk.gram`      spectra and condition numbers of Gram matrices
