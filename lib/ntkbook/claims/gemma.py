@@ -1158,7 +1158,9 @@ def depth_floor_reading(rows: list[dict], floor: Mapping[int, dict]) -> str:
         text += (f"At {_plural('layer', at)} {_layers([r['layer'] for r in at])} the eNTK's macro AP is no higher "
                  f"than the best of those draws at the same layer: there its modes detect the parts of speech no "
                  f"better than directions chosen at random")
-        text += (f" (macro AUROC {min(aucs):.2f}–{max(aucs):.2f}; chance is 0.50)." if aucs else ".")
+        span = f"{min(aucs):.2f}" if aucs and f"{min(aucs):.2f}" == f"{max(aucs):.2f}" else (
+            f"{min(aucs):.2f}–{max(aucs):.2f}" if aucs else "")
+        text += (f" (macro AUROC {span}; chance is 0.50)." if aucs else ".")
     else:
         text += "At every such layer the eNTK's macro AP is above the best draw of random directions."
     above = [r["layer"] for r in down if r not in at]

@@ -110,8 +110,9 @@ def plot_depth(rows: list[dict], hollow: tuple[str, ...] = (), floor: dict | Non
         Lf = sorted(floor)
         axes[0].fill_between(Lf, [floor[L]["random"]["ap"]["draw_lo"] for L in Lf],
                              [floor[L]["random"]["ap"]["draw_hi"] for L in Lf], color="0.6", alpha=0.3, lw=0)
-        axes[0].plot(Lf, [floor[L]["random"]["ap"]["mean"] for L in Lf], color="0.4", ls=":", lw=1.2)
-        axes[0].plot(Lf, [floor[L]["probe"]["ap"]["mean"] for L in Lf], color="C2", ls="-.", lw=1.2)
+        axes[0].plot(Lf, [floor[L]["random"]["ap"]["mean"] for L in Lf], color="0.4", ls=":", lw=1.2,
+                     marker="_", ms=6)
+        axes[0].plot(Lf, [floor[L]["probe"]["ap"]["mean"] for L in Lf], color="C2", ls="-.", lw=1.2, marker="_", ms=6)
     datasets = list(dict.fromkeys(r["data"] for r in rows))
     looks = [dict(ls=":", mfc="white") if d in hollow else dict(ls="-", mfc=None) for d in datasets]
     for data, look in zip(datasets, looks):
