@@ -156,7 +156,8 @@ def _gemma_figures():
                                                       claims.WIN_SHARE),
         "scatter": lambda: gemma.plot_mode_scatter(res, layer, modes=(a["entk_mode"], b["entk_mode"]),
                                                    pcs=(a["pca_mode"], b_pc)),
-        "depth": lambda: gemma.plot_depth(depth, hollow=("first data set",)),
+        "depth": lambda: gemma.plot_depth(depth, hollow=("first data set",),
+                                          floor=claims.depth_floor(claims.controls_sweep(32))),
     }
 
 

@@ -518,3 +518,67 @@ def test_the_controls_reading_places_each_method_between_floor_and_ceiling():
     assert "the eNTK (0.450) lies 33% of the way" in text and "PCA (0.150) below the random directions" in text
     assert "the eNTK (0.800) lies 50% of the way" in text and "PCA (0.700) 25% of the way" in text
     assert "By AP the eNTK is the closer" in text and "neither method's mean comes up to the probe's lowest split" in text
+
+
+def _spl(values):
+    v = np.asarray(values, float)
+    return {"mean": float(v.mean()), "lo": float(v.min()), "hi": float(v.max()), "splits": v.tolist()}
+
+
+def test_the_kernel_inputs_verdict_follows_the_paired_splits():
+    """PCA of the eNTK's own inputs beside the eNTK: the verdict reads the per-split paired lead,
+    and turns when the inputs' components are the better ones."""
+    e = {"A": [0.6] * 10, "B": [0.5] * 10}
+    beside = {"pos": {"rows": [{"task": t, "ours": {"entk_ap": _spl(v), "entk_auroc": _spl(np.add(v, 0.3))}}
+                               for t, v in e.items()],
+                      "macro": {"tasks": ["A", "B"], "ours": {"entk_ap": _spl([0.55] * 10),
+                                                              "entk_auroc": _spl([0.85] * 10)}}}}
+
+    class KI(dict):
+        config: dict = {}
+
+    def ki(a, b):
+        rows = [{"task": t, "ap": v, "auroc": list(np.add(v, 0.3))} for t, v in (("A", a), ("B", b))]
+        return KI(concat={"pos": rows, "morph": []})
+
+    lower = claims.kernel_inputs_beside(ki([0.4] * 10, [0.5] * 9 + [0.6]), {**beside, "morph": beside["pos"]})
+    assert lower["pos"]["macro"]["ap"]["mean"] == pytest.approx(0.455)
+    text = claims.kernel_inputs_reading(beside, lower, "pos")
+    assert "ahead on 10 of 10 splits" in text and "ahead on A and behind on no task" in text
+    assert "So the eNTK adds to its inputs what the selection uses" in text and "close to chance" not in text
+    higher = claims.kernel_inputs_beside(ki([0.7] * 10, [0.6] * 10), {**beside, "morph": beside["pos"]})
+    text = claims.kernel_inputs_reading(beside, higher, "pos")
+    assert "ahead on 0 of 10 splits" in text and "behind on A, B" in text
+    assert "So the eNTK adds nothing the selection can use" in text
+
+
+def _controls(layer: int, rand_ap: float, spread: float = 0.02, draws: int = 3, splits: int = 4) -> Result:
+    """A gemma_controls result whose random directions' macro AP per draw is rand_ap + (i - 1) spread."""
+    rows = [{"task": c, "ap": [[rand_ap + (i - 1) * spread] * splits for i in range(draws)],
+             "auroc": [[0.5] * splits for _ in range(draws)]} for c in CLASSES]
+    probe = [{"task": c, "ap": [0.9] * splits, "auroc": [0.95] * splits} for c in CLASSES]
+    return Result("gemma_controls", {"random_draws": draws, "layer": layer},
+                  scalars={"random": {"pos": rows, "morph": []}, "probe": {"pos": probe, "morph": []}, "N": 96})
+
+
+def test_the_depth_sweep_is_read_against_its_floor():
+    floor = claims.depth_floor({0: _controls(0, 0.30), 16: _controls(16, 0.30)})
+    assert floor[0]["random"]["ap"] == pytest.approx({"mean": 0.30, "draw_lo": 0.28, "draw_hi": 0.32})
+    assert floor[16]["probe"]["ap"]["mean"] == pytest.approx(0.9) and floor[0]["draws"] == 3
+    # the eNTK's macro AP is 0.5 + mean(diff) of _split_row: share 0.2 gives 0.5 - 0.01 = 0.49
+    rows = claims.depth_rows({0: _result([0.8] * 8, [], layer=0), 16: _result([0.8] * 8, [], layer=16)}, "new")
+    assert rows[0]["entk_auroc"] == pytest.approx(0.5 + 0.5 * (0.8 * 0.05 - 0.2 * 0.025))
+    text = claims.depth_floor_reading(rows, floor)
+    assert "At every such layer the eNTK's macro AP is above the best draw" in text
+    high = claims.depth_floor({0: _controls(0, 0.60), 16: _controls(16, 0.30)})
+    text = claims.depth_floor_reading(rows, high)
+    assert "At layer 0 the eNTK's macro AP is no higher than the best of those draws" in text
+    assert "From layer 16 up it stays above its floor." in text and "chance is 0.50" in text
+    assert "PCA is at or below its floor at layer 0." in text
+    assert claims.depth_floor_reading(rows, {}) == "No layer has both the sweep and its floor stored yet."
+    from ntkbook.plotting import gemma as plots
+
+    fig = plots.plot_depth(rows, floor=high)
+    labels = [h.get_label() for h in fig.legends[0].legend_handles]
+    assert labels[-2:] == ["random directions", "supervised probe"]
+    assert len(fig.axes[0].collections) >= 1   # the draws' range, shaded

@@ -44,8 +44,10 @@ def test_a_row_for_every_page_of_the_toc_with_the_recorded_times(rows):
 
 
 def test_the_experiments_a_page_reads_come_from_its_source():
-    # loaded by name, and the input its experiments load (gemma_probe and gemma_controls read gemma_pos_windows)
-    assert status.chapter_experiments("gemma", REPO) == ("gemma_controls", "gemma_pos_windows", "gemma_probe")
+    # loaded by name, and the input its experiments load (gemma_probe, gemma_controls and
+    # gemma_kernel_inputs read gemma_pos_windows)
+    assert status.chapter_experiments("gemma", REPO) == ("gemma_controls", "gemma_kernel_inputs", "gemma_pos_windows",
+                                                         "gemma_probe")
     assert status.chapter_experiments("book/modular_mlp.md", REPO) == ("modular_mlp",)
     # a claims module imported: its EXPERIMENTS (the Lanczos cross-checks of the other operators)
     assert {"lanczos_ghosts", "modular_transformer"} <= set(status.chapter_experiments("entk_lanczos", REPO))

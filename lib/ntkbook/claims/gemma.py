@@ -39,7 +39,9 @@ __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_A
            "AUTHOR_COLUMNS", "beside_author", "author_place", "author_gap_reading", "author_macro_line",
            "author_first_data_reading",
            "archived", "first_data", "probe_sweep", "first_sweep", "depth_rows", "depth_reading", "PINNED_RATIO", "ritz_convergence",
-           "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard"]
+           "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard",
+           "KERNEL_INPUT_NAMES", "kernel_inputs_check", "kernel_inputs_beside", "kernel_inputs_reading",
+           "controls_sweep", "depth_floor", "depth_floor_reading"]
 
 #: the experiments whose stored paper-preset results :func:`scorecard` reads
 EXPERIMENTS = ("gemma_probe",)
@@ -243,12 +245,15 @@ def depth_rows(sweep: Mapping[int, Result], data: str) -> list[dict]:
                 ap, ap_std, ap_share = macro_difference(over, "ap")
                 row.update(splits=len(over[0]["ap_diff"]), entk_ap=float(np.mean([r["entk_ap_mean"] for r in over])),
                            pca_ap=float(np.mean([r["pca_ap_mean"] for r in over])), ap_diff=ap, ap_std=ap_std,
+                           entk_auroc=float(np.mean([r["entk_auroc_mean"] for r in over])),
+                           pca_auroc=float(np.mean([r["pca_auroc_mean"] for r in over])),
                            ap_share=ap_share, auroc_diff=macro_difference(over, "auroc")[0],
                            wins=len(robust_wins(over)))
                 conv = ritz_convergence(res, p["layer"], p["param_set"])
                 row.update(modes=len(conv), pinned=sum(r["pinned"] for r in conv))
             else:
                 row.update(splits=1, entk_ap=p["pos_entk_ap"], pca_ap=p["pos_pca_ap"],
+                           entk_auroc=p["pos_entk_auroc"], pca_auroc=p["pos_pca_auroc"],
                            ap_diff=p["pos_entk_ap"] - p["pos_pca_ap"], ap_std=None,
                            ap_share=float(p["pos_entk_ap"] > p["pos_pca_ap"]),
                            auroc_diff=p["pos_entk_auroc"] - p["pos_pca_auroc"], wins=p["pos_entk_wins_ap"],
@@ -1025,3 +1030,143 @@ def controls_reading(beside: Mapping, ctl: Mapping, family: str = "pos") -> str:
             + ("neither method's mean comes up to the probe's lowest split"
                if best < cm["probe"]["ap"]["lo"] else "its mean lies within the probe's range over the splits")
             + ".")
+
+
+# ---- PCA of the kernel's own inputs (gemma_kernel_inputs) -------------------------------------------
+
+#: what the chapter calls each Gram matrix of ``gemma_kernel_inputs``
+KERNEL_INPUT_NAMES = {"concat": "PCA of the kernel's inputs (every position)",
+                      "summed": "PCA of the kernel's inputs summed over positions"}
+
+
+def kernel_inputs_check(ki: Result, result: Result) -> dict:
+    """Whether a ``gemma_kernel_inputs`` entry read the contexts and splits of the ``gemma_probe``
+    entry ``result``: ``same_splits`` (the stored test sides equal) and ``same_labels``."""
+    return {"same_splits": bool(np.array_equal(np.asarray(ki["split_test"]), np.asarray(result["split_test"]))),
+            "same_labels": list(ki["labels"]) == list(result["labels"])}
+
+
+def kernel_inputs_beside(ki: Result, beside: Mapping, variant: str = "concat") -> dict:
+    """The best of the top principal components of the eNTK's own inputs per task and macro, in the
+    shape of :func:`controls_beside`: per family ``rows`` (task -> metric -> :func:`_spread` over the
+    splits) and ``macro`` (metric -> spread of the per-split mean over the tasks of ``beside``'s
+    macro, None without shared tasks), ``tasks``."""
+    out: dict = {}
+    for fam in FAMILIES:
+        rows = {r["task"]: {m: _spread(r[m]) for m in ("ap", "auroc")} for r in ki[variant][fam]}
+        tasks = [t for t in beside[fam]["macro"]["tasks"] if t in rows]
+        out[fam] = {"rows": rows, "tasks": tasks,
+                    "macro": {m: _spread(np.mean([rows[t][m]["splits"] for t in tasks], axis=0)) if tasks else None
+                              for m in ("ap", "auroc")}}
+    return out
+
+
+def kernel_inputs_reading(beside: Mapping, kib: Mapping, family: str = "pos", other: Mapping | None = None) -> str:
+    """The verdict on what the eNTK adds over PCA of its own inputs, for ``family``: the two macro AP
+    and AUROC (means over the splits and their range), the eNTK's paired lead per split (mean ± sd,
+    the share of splits it is ahead), the tasks where one side leads in at least :data:`WIN_SHARE` of
+    the splits, and what that says.  ``other``: optionally the same for the summed variant, quoted
+    in one clause."""
+    macro, km = beside[family]["macro"], kib[family]["macro"]
+    if macro["ours"] is None or km["ap"] is None:
+        return ""
+    n_tasks = len(kib[family]["tasks"])
+    parts, lead = [], {}
+    for m, name in (("ap", "AP"), ("auroc", "AUROC")):
+        e, c = np.asarray(macro["ours"][f"entk_{m}"]["splits"]), np.asarray(km[m]["splits"])
+        d = e - c
+        lead[m] = float(np.mean(d > 0))
+        parts.append(f"macro {name} {c.mean():.3f} ({c.min():.3f}–{c.max():.3f}) against the eNTK's {e.mean():.3f} "
+                     f"({e.min():.3f}–{e.max():.3f}), a lead for the eNTK of {d.mean():+.3f} ± {d.std(ddof=1):.3f}, "
+                     f"ahead on {int(np.sum(d > 0))} of {len(d)} splits")
+    by_task = {r["task"]: r for r in beside[family]["rows"] if r["ours"] is not None}
+    e_ahead, k_ahead = [], []
+    for t in kib[family]["tasks"]:
+        d = np.asarray(by_task[t]["ours"]["entk_ap"]["splits"]) - np.asarray(kib[family]["rows"][t]["ap"]["splits"])
+        if np.mean(d > 0) >= WIN_SHARE:
+            e_ahead.append(t)
+        elif np.mean(d < 0) >= WIN_SHARE:
+            k_ahead.append(t)
+    text = (f"Over the {n_tasks} {FAMILIES[family]} of the macro rows, the best of the top principal components of "
+            f"the kernel's inputs reaches " + "; ".join(parts) + ". ")
+    text += (f"By test AP in at least {WIN_SHARE:.0%} of the splits the eNTK is ahead on "
+             f"{', '.join(e_ahead) if e_ahead else 'no task'} and behind on {', '.join(k_ahead) if k_ahead else 'no task'}")
+    if other is not None and other[family]["macro"]["ap"] is not None:
+        text += (f"; the activations summed over positions, instead of concatenated, reach a macro AP of "
+                 f"{other[family]['macro']['ap']['mean']:.3f}")
+    text += ". "
+    if lead["ap"] >= WIN_SHARE and lead["auroc"] >= WIN_SHARE:
+        text += ("So the eNTK adds to its inputs what the selection uses: the same activations without the "
+                 "backward factor (the sensitivities through every layer above) give candidates "
+                 f"{'close to chance (macro AUROC 0.5)' if km['auroc']['mean'] < 0.6 else 'worse than the modes'}. "
+                 "That factor weights both the positions of the window and the directions of the activations; "
+                 "this control does not tell which of the two does the work.")
+    elif 1 - lead["ap"] >= WIN_SHARE and 1 - lead["auroc"] >= WIN_SHARE:
+        text += ("So the eNTK adds nothing the selection can use to its own inputs: plain PCA of the same "
+                 "activations, without the Jacobian of the layers above, gives better candidates.")
+    else:
+        text += ("So, by this selection, the eNTK and PCA of its own inputs cannot be told apart consistently over "
+                 "the splits: what the eNTK adds over its inputs does not show as better candidates on both metrics.")
+    return text
+
+
+# ---- the depth sweep against its floor (gemma_controls at each layer) --------------------------------
+
+def controls_sweep(n_per_class: int, scale: str = "paper", layers=gemma_probe.SWEEP_LAYERS) -> dict[int, Result]:
+    """The stored ``gemma_controls`` entries at ``n_per_class`` contexts per class, one per layer
+    (the floor and the ceiling of the depth sweep), by layer; layers not stored are absent."""
+    found = {L: stored("gemma_controls", scale, n_per_class=n_per_class, layer=L) for L in layers}
+    return {L: r for L, r in found.items() if r is not None}
+
+
+def depth_floor(controls: Mapping[int, Result]) -> dict[int, dict]:
+    """Per layer, the parts of speech's macro over the tasks of a ``gemma_controls`` entry: the floor
+    (``random``: metric -> ``mean`` over draws and splits, ``draw_lo``/``draw_hi`` the lowest and
+    highest draw's mean over the splits) and the ceiling (``probe``: metric -> mean over the splits),
+    with ``N`` and ``draws``."""
+    out = {}
+    for L, c in sorted(controls.items()):
+        rand, prob = c["random"]["pos"], c["probe"]["pos"]
+        row = {"N": c["N"], "draws": c.config["random_draws"], "random": {}, "probe": {}}
+        for m in ("ap", "auroc"):
+            per = np.mean([np.asarray(r[m], float) for r in rand], axis=0)  # (draws, splits), macro over tasks
+            draws = per.mean(axis=1)
+            row["random"][m] = {"mean": float(per.mean()), "draw_lo": float(draws.min()), "draw_hi": float(draws.max())}
+            row["probe"][m] = {"mean": float(np.mean([np.mean(r[m]) for r in prob]))}
+        out[L] = row
+    return out
+
+
+def depth_floor_reading(rows: list[dict], floor: Mapping[int, dict]) -> str:
+    """The depth sweep read against its floor, from the down-projection rows (:func:`depth_rows`,
+    with ``entk_auroc``) and :func:`depth_floor`: the layers where the eNTK's macro AP is no higher
+    than the best draw of random directions at that layer (its AUROC there beside chance, 0.5),
+    those where PCA is, and the layers from which the eNTK stays above its floor."""
+    down = sorted((r for r in rows if r["param_set"] == "down_proj" and r["layer"] in floor), key=lambda r: r["layer"])
+    if not down:
+        return "No layer has both the sweep and its floor stored yet."
+    at = [r for r in down if r["entk_ap"] <= floor[r["layer"]]["random"]["ap"]["draw_hi"]]
+    pca_at = [r["layer"] for r in down if r["pca_ap"] <= floor[r["layer"]]["random"]["ap"]["draw_hi"]]
+    lo_f = min(floor[r["layer"]]["random"]["ap"]["mean"] for r in down)
+    hi_f = max(floor[r["layer"]]["random"]["ap"]["mean"] for r in down)
+    draws = floor[down[0]["layer"]]["draws"]
+    text = (f"The floor (the best of 25 random directions of the residual at the last position, the output of "
+            f"block L, {draws} draws) lies between {lo_f:.2f} and {hi_f:.2f} in macro AP over the "
+            f"{len(down)} layers where both are stored ({_layers([r['layer'] for r in down])}). ")
+    if at:
+        aucs = [r["entk_auroc"] for r in at if r.get("entk_auroc") is not None]
+        text += (f"At {_plural('layer', at)} {_layers([r['layer'] for r in at])} the eNTK's macro AP is no higher "
+                 f"than the best of those draws at the same layer: there its modes detect the parts of speech no "
+                 f"better than directions chosen at random")
+        span = f"{min(aucs):.2f}" if aucs and f"{min(aucs):.2f}" == f"{max(aucs):.2f}" else (
+            f"{min(aucs):.2f}–{max(aucs):.2f}" if aucs else "")
+        text += (f" (macro AUROC {span}; chance is 0.50)." if aucs else ".")
+    else:
+        text += "At every such layer the eNTK's macro AP is above the best draw of random directions."
+    above = [r["layer"] for r in down if r not in at]
+    first = next((L for L in above if all(x["layer"] in above for x in down if x["layer"] >= L)), None)
+    if at and first is not None:
+        text += f" From layer {first} up it stays above its floor."
+    text += (f" PCA is at or below its floor at {_plural('layer', pca_at)} {_layers(pca_at)}." if pca_at
+             else " PCA is above its floor at every such layer.")
+    return text

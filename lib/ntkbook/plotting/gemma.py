@@ -93,15 +93,26 @@ def plot_split_differences(rows: list[dict], title: str, win_share: float):
     return fig
 
 
-def plot_depth(rows: list[dict], hollow: tuple[str, ...] = ()):
+def plot_depth(rows: list[dict], hollow: tuple[str, ...] = (), floor: dict | None = None):
     """The parts of speech by layer: (a) macro test AP of the best eNTK mode (down-projection,
     circles; the whole layer, stars) and of the best principal component (squares); (b) their
     difference, with one standard deviation over the splits by story.  ``rows``:
     :func:`ntkbook.claims.gemma.depth_rows` of one or more data sets, told apart by their ``data``
-    labels in the legend: those in ``hollow`` drawn hollow and dotted, the others filled and solid."""
+    labels in the legend: those in ``hollow`` drawn hollow and dotted, the others filled and solid.
+    ``floor``: optionally :func:`ntkbook.claims.gemma.depth_floor` (layer -> controls), drawn in (a):
+    the random directions' mean (grey dotted) with the range of their draws shaded, and the
+    supervised probe (green dash-dot)."""
     from matplotlib.lines import Line2D  # noqa: PLC0415
+    from matplotlib.patches import Patch  # noqa: PLC0415
 
     fig, axes = new_figure(2, height=3.6)
+    if floor:
+        Lf = sorted(floor)
+        axes[0].fill_between(Lf, [floor[L]["random"]["ap"]["draw_lo"] for L in Lf],
+                             [floor[L]["random"]["ap"]["draw_hi"] for L in Lf], color="0.6", alpha=0.3, lw=0)
+        axes[0].plot(Lf, [floor[L]["random"]["ap"]["mean"] for L in Lf], color="0.4", ls=":", lw=1.2,
+                     marker="_", ms=6)
+        axes[0].plot(Lf, [floor[L]["probe"]["ap"]["mean"] for L in Lf], color="C2", ls="-.", lw=1.2, marker="_", ms=6)
     datasets = list(dict.fromkeys(r["data"] for r in rows))
     looks = [dict(ls=":", mfc="white") if d in hollow else dict(ls="-", mfc=None) for d in datasets]
     for data, look in zip(datasets, looks):
@@ -132,6 +143,9 @@ def plot_depth(rows: list[dict], hollow: tuple[str, ...] = ()):
         handles.append(Line2D([], [], color="C2", marker="*", ms=11, ls="none", label="eNTK, whole layer"))
     handles += [Line2D([], [], color="0.3", marker="o", ls=look["ls"], mfc=look["mfc"], label=data)
                 for data, look in zip(datasets, looks)]
+    if floor:
+        handles += [Patch(facecolor="0.6", alpha=0.5, edgecolor="0.4", ls=":", label="random directions"),
+                    Line2D([], [], color="C2", ls="-.", label="supervised probe")]
     fig.legend(handles=handles, loc="outside lower center", ncol=3)
     return fig
 
