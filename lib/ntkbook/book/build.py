@@ -240,20 +240,27 @@ def ensure_tippy(repo: Path = REPO) -> Path:
     files = {spec: Path(spec.rsplit("@", 1)[0]) / path for spec, path in TIPPY_PACKAGES.items()}
     if all((target / f.name).exists() for f in files.values()):
         return target
+    import fcntl
+
     prefix = REPO / ".cache" / "npm-tippy"
-    missing = [spec for spec, f in files.items() if not (prefix / "node_modules" / f).exists()]
-    if missing:
-        if shutil.which("npm") is None:
-            raise RuntimeError(
-                "the scripts of the reference previews (popper, tippy.js) are not installed and npm is "
-                f"missing: install Node.js/npm, or put {', '.join(f.name for f in files.values())} at {target}"
-            )
-        prefix.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(prefix), *missing],
-                       check=True, stdout=subprocess.DEVNULL)
-    target.mkdir(parents=True, exist_ok=True)
-    for f in files.values():
-        shutil.copy2(prefix / "node_modules" / f, target / f.name)
+    prefix.mkdir(parents=True, exist_ok=True)
+    # one installer at a time (the test run builds several books at once), and always both packages:
+    # `npm install --no-save` of one package removes the other from node_modules
+    with open(prefix / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((prefix / "node_modules" / f).exists() for f in files.values()):
+            if shutil.which("npm") is None:
+                raise RuntimeError(
+                    "the scripts of the reference previews (popper, tippy.js) are not installed and npm is "
+                    f"missing: install Node.js/npm, or put {', '.join(f.name for f in files.values())} at {target}"
+                )
+            subprocess.run(["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                            *TIPPY_PACKAGES], check=True, stdout=subprocess.DEVNULL)
+        target.mkdir(parents=True, exist_ok=True)
+        for f in files.values():
+            tmp = target / (f.name + f".{os.getpid()}.tmp")
+            shutil.copy2(prefix / "node_modules" / f, tmp)
+            os.replace(tmp, target / f.name)
     return target
 
 
