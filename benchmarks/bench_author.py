@@ -13,6 +13,11 @@ For each case, the same weights and inputs go to a fresh process per measurement
 * ours at float32 (the same engine call on float32 weights and inputs, x64 off): the
   equal-precision comparison.
 
+With ``--ours-route structured`` our two sides call :func:`ntkbook.ntk.structured.structured_entk`
+instead (the same kernels by structured derivatives: per dense layer the product of two small Gram
+matrices, no per-example Jacobian of the weights; the mean-logit kernels as the ``full`` kernel of
+the mean-logit model ``entk.mean_logit(f)``, one output), at float64 and float32 alike.
+
 Cases (``--quick`` shrinks the MLP ones): the one-layer transformer's nine per-tensor mean-logit
 kernels at N = 100 and N = 841, its W_U kernel alone at N = 841, the modular MLP's class-mean
 kernel by the author's full-block route at N = 400 and by his diagonal-block route at N = 841
@@ -94,6 +99,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--mem-limit-gb", type=float, default=16.0,
                     help="address-space limit of the author's processes, GiB")
     ap.add_argument("--only", default="", help="comma-separated row numbers (1-based) to run")
+    ap.add_argument("--ours-route", choices=("engine", "structured"), default="engine",
+                    help="our side: the chapters' engine calls (default) or ntk.structured.structured_entk")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.repeat is None:
@@ -173,8 +180,13 @@ def author_min_bytes(case: Case, weights: dict[str, np.ndarray]) -> int:
 # --------------------------------------------------------------------------------------------------
 # our side (runs in a child process of its own)
 # --------------------------------------------------------------------------------------------------
-def ours_call(case: Case, precision: str) -> str:
+def ours_call(case: Case, precision: str, route: str = "engine") -> str:
     """What our measurement calls, for the output."""
+    if route == "structured":
+        if case.model == "mlp":
+            return 'structured.structured_entk(f, params, x, reduction="class_mean")'
+        which = 'group_layers()["W_U"]' if case.tensors == "W_U" else "each of group_layers()"
+        return f"structured.structured_entk(entk.mean_logit(transformer.apply), params, x, param_filter={which})"
     full = case.n == P_MOD**2 and precision == "f64"
     if case.model == "mlp":
         if full:
@@ -187,16 +199,28 @@ def ours_call(case: Case, precision: str) -> str:
     return "entk.entk_mean_logit(transformer.apply, params, x, layers=group_layers())"
 
 
-def ours_kernels(case: Case, precision: str, weights, x) -> dict[str, np.ndarray]:
+def ours_kernels(case: Case, precision: str, weights, x, route: str = "engine") -> dict[str, np.ndarray]:
     """Our kernels for ``case`` at ``precision`` ("f64" needs x64 enabled), as ``ours_call`` says."""
     import jax
     import jax.numpy as jnp
 
     from ntkbook.experiments import modular_mlp, modular_transformer
     from ntkbook.models import modular, transformer
-    from ntkbook.ntk import entk
+    from ntkbook.ntk import entk, structured
 
     dtype = jnp.float64 if precision == "f64" else jnp.float32
+    if route == "structured":
+        params = {k: jnp.asarray(v, dtype=dtype) for k, v in weights.items()}
+        if case.model == "mlp":
+            k = structured.structured_entk(modular.make_apply("square"), params, jnp.asarray(x, dtype=dtype),
+                                           reduction="class_mean")
+            return {"class_mean": np.asarray(jax.block_until_ready(k))}
+        layers = modular_transformer.group_layers()
+        names = ["W_U"] if case.tensors == "W_U" else list(layers)
+        fbar = entk.mean_logit(transformer.apply)
+        return {n: np.asarray(jax.block_until_ready(
+            structured.structured_entk(fbar, params, jnp.asarray(x), param_filter=layers[n])))[:, :, 0, 0]
+            for n in names}
     call = ours_call(case, precision)
     if call.startswith("modular_mlp."):
         return {"class_mean": modular_mlp.class_mean_kernel(modular_mlp.Config(), weights)}
@@ -225,13 +249,14 @@ def measure_ours_child(spec: dict) -> int:
     d = np.load(spec["inp"])
     weights = {k: d[k] for k in d.files if k != "x"}
     x = d["x"]
+    route = spec.get("route", "engine")
     t = time.perf_counter()
-    ours_kernels(case, spec["precision"], weights, x)
+    ours_kernels(case, spec["precision"], weights, x, route)
     first = time.perf_counter() - t
     t = time.perf_counter()
-    ks = ours_kernels(case, spec["precision"], weights, x)
+    ks = ours_kernels(case, spec["precision"], weights, x, route)
     seconds = time.perf_counter() - t
-    meta = {"seconds": seconds, "first_s": first, "jax": jax.__version__}
+    meta = {"seconds": seconds, "first_s": first, "jax": jax.__version__, "route": route}
     np.savez(spec["out"], meta=np.asarray(json.dumps(meta)), **{f"K/{k}": v for k, v in ks.items()})
     return 0
 
@@ -295,6 +320,19 @@ def rel_frobenius(ks: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> floa
                for k in ref)
 
 
+def machine_state() -> str:
+    """The load average (1, 5, 15 min) and the available memory now, for the record beside a figure."""
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    return f"load {load}; available memory {'?' if avail is None else gib(avail)} GiB"
+
+
 def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f}"
 
@@ -356,7 +394,7 @@ def run_case(case: Case, args, tmp: str, index: int) -> RowResult:
         res.author_status = (f"does not fit in {args.mem_limit_gb:g} GiB "
                              f"(its arrays alone: {gib(need)} GiB)")
     print(f"\n## {index}. {case.label}, N = {case.n}", flush=True)
-    print(f"ours f64: {ours_call(case, 'f64')}; ours f32: {ours_call(case, 'f32')}")
+    print(f"ours f64: {ours_call(case, 'f64', args.ours_route)}; ours f32: {ours_call(case, 'f32', args.ours_route)}")
     print(f"author's route: torch_worker.py --route {case.route} --tensors {case.tensors}; "
           f"his arrays need at least {gib(need)} GiB (float32)", flush=True)
     kernels: dict[str, dict] = {}
@@ -372,7 +410,8 @@ def run_case(case: Case, args, tmp: str, index: int) -> RowResult:
                        "--route", case.route, "--tensors", case.tensors, "--mem-limit-bytes", str(limit)]
                 run = run_process(cmd, out, log)
             else:
-                spec = {"case": dataclasses.asdict(case), "precision": who, "inp": inp, "out": out}
+                spec = {"case": dataclasses.asdict(case), "precision": who, "inp": inp, "out": out,
+                        "route": args.ours_route}
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
                 run = run_process(cmd, out, log)
             res.rss[who] = max(res.rss.get(who, 0), run.peak_rss)
@@ -389,7 +428,7 @@ def run_case(case: Case, args, tmp: str, index: int) -> RowResult:
                 fx = run.fx if who == "author" else fx
             extra = f", first call (compile + run) {run.first_s:.2f} s" if who != "author" else ""
             print(f"  repeat {rep + 1} {who}: {run.seconds:.3f} s, peak RSS {gib(run.peak_rss)} "
-                  f"GiB{extra}", flush=True)
+                  f"GiB{extra} [{machine_state()}]", flush=True)
     ref = kernels["f64"]
     if "author" in kernels:
         res.err_author = rel_frobenius(kernels["author"], ref)
@@ -432,7 +471,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     print(f"# bench_author: torch {torch_version} (CPU, float32, 2 threads) against ntkbook on jax "
           f"{jax.__version__} ({jax.default_backend()}); {args.repeat} interleaved repeats"
-          f"{', --quick' if args.quick else ''}; author's memory limit {args.mem_limit_gb:g} GiB")
+          f"{', --quick' if args.quick else ''}; author's memory limit {args.mem_limit_gb:g} GiB; "
+          f"our route: {args.ours_route}; {machine_state()}")
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_author_") as tmp:
         for i, case in enumerate(todo, 1):
@@ -445,7 +485,7 @@ def main(argv=None) -> int:
     worst = max(errs)
     print(f"\nagreement target rel. error <= {AGREEMENT_TOL:g} (float32 round-off): "
           f"{'met' if worst <= AGREEMENT_TOL else 'MISSED'} (worst {worst:.1e})")
-    print(f"total benchmark time: {time.perf_counter() - t0:.0f} s")
+    print(f"total benchmark time: {time.perf_counter() - t0:.0f} s; {machine_state()}")
     return 0 if worst <= AGREEMENT_TOL else 1
 
 
