@@ -13,6 +13,11 @@ For each case, the same weights and inputs go to a fresh process per measurement
 * ours at float32 (the same engine call on float32 weights and inputs, x64 off): the
   equal-precision comparison.
 
+With ``--author-code DIR`` (a local checkout of the author's repository, github jylin04/mi-ntk; nothing
+of it is in this project) the author's side runs **his** code, his ``ma.py``/``ntk.py`` and the
+cells of his transformer notebook that define its model and kernel (torch_worker.py says which),
+instead of the re-implementation: the re-implementation is then held against the original.
+
 With ``--ours-route structured`` our two sides call :func:`ntkbook.ntk.structured.structured_entk`
 instead (the same kernels by structured derivatives: per dense layer the product of two small Gram
 matrices, no per-example Jacobian of the weights; the mean-logit kernels as the ``full`` kernel of
@@ -99,6 +104,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--mem-limit-gb", type=float, default=16.0,
                     help="address-space limit of the author's processes, GiB")
     ap.add_argument("--only", default="", help="comma-separated row numbers (1-based) to run")
+    ap.add_argument("--author-code", default=None,
+                    help="a local checkout of the author's repository (jylin04/mi-ntk): run his code verbatim")
     ap.add_argument("--ours-route", choices=("engine", "structured"), default="engine",
                     help="our side: the chapters' engine calls (default) or ntk.structured.structured_entk")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -159,11 +166,12 @@ def export_inputs(path, weights: dict[str, np.ndarray], x: np.ndarray) -> None:
     np.savez(path, x=x, **{k: np.asarray(v, dtype=np.float64) for k, v in weights.items()})
 
 
-def author_min_bytes(case: Case, weights: dict[str, np.ndarray]) -> int:
+def author_min_bytes(case: Case, weights: dict[str, np.ndarray], verbatim: bool = False) -> int:
     """A lower bound on the memory of the author's route: the float32 arrays it holds at once.
 
     pairs: two Jacobians (N, C, P) and one (N, N, C, C) block per layer; diag: one Jacobian;
-    mean_logit: two Jacobians of the selected tensors and one (N, N, C, C) block per tensor.
+    mean_logit: two Jacobians of the selected tensors and one (N, N, C, C) block per tensor (his
+    own code, ``verbatim``, differentiates every tensor whichever are kept).
     """
     n = case.n
     if case.model == "mlp":
@@ -172,7 +180,7 @@ def author_min_bytes(case: Case, weights: dict[str, np.ndarray]) -> int:
             return 4 * (2 * n * C * n_params + n_layers * n * n * C * C)
         return 4 * (n * C * n_params + n * n)
     C = TRANSFORMER_C
-    names = list(weights) if case.tensors == "all" else ["W_U"]
+    names = list(weights) if case.tensors == "all" or verbatim else ["W_U"]
     n_params = sum(weights[k].size for k in names)
     return 4 * (2 * n * C * n_params + len(names) * n * n * C * C)
 
@@ -320,6 +328,15 @@ def rel_frobenius(ks: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> floa
                for k in ref)
 
 
+def author_side(code_dir: str | None) -> str:
+    """What runs on the author's side: the re-implementation, or his checkout and its commit."""
+    if not code_dir:
+        return "the re-implementation (torch_worker.py)"
+    r = subprocess.run(["git", "-C", code_dir, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    commit = r.stdout.strip() if r.returncode == 0 else "not a git checkout"
+    return f"his code, verbatim, from {code_dir} ({commit})"
+
+
 def machine_state() -> str:
     """The load average (1, 5, 15 min) and the available memory now, for the record beside a figure."""
     avail = None
@@ -374,9 +391,14 @@ def format_row(r: RowResult) -> str:
             f"| {e_a}, {e_32} | {rss} |")
 
 
-def format_table(results: list[RowResult]) -> str:
-    sep = "|" + "---|" * HEADER.count(" | ") + "---|"
-    return "\n".join([HEADER, sep] + [format_row(r) for r in results])
+def format_table(results: list[RowResult], ours_route: str = "engine", verbatim: bool = False) -> str:
+    header = HEADER
+    if ours_route == "structured":
+        header = header.replace("ours f64, chapter's call (s)", "ours f64, structured (s)")
+    if verbatim:
+        header = header.replace("author, torch f32 (s)", "author's own code, torch f32 (s)")
+    sep = "|" + "---|" * header.count(" | ") + "---|"
+    return "\n".join([header, sep] + [format_row(r) for r in results])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -389,13 +411,14 @@ def run_case(case: Case, args, tmp: str, index: int) -> RowResult:
     export_inputs(inp, weights, x)
     res = RowResult(case)
     limit = int(args.mem_limit_gb * 2**30)
-    need = author_min_bytes(case, weights)
+    need = author_min_bytes(case, weights, verbatim=bool(args.author_code))
     if need > limit:
         res.author_status = (f"does not fit in {args.mem_limit_gb:g} GiB "
                              f"(its arrays alone: {gib(need)} GiB)")
     print(f"\n## {index}. {case.label}, N = {case.n}", flush=True)
     print(f"ours f64: {ours_call(case, 'f64', args.ours_route)}; ours f32: {ours_call(case, 'f32', args.ours_route)}")
-    print(f"author's route: torch_worker.py --route {case.route} --tensors {case.tensors}; "
+    print(f"author's route: torch_worker.py --route {case.route} --tensors {case.tensors}"
+          f"{' --author-code ' + args.author_code if args.author_code else ''}; "
           f"his arrays need at least {gib(need)} GiB (float32)", flush=True)
     kernels: dict[str, dict] = {}
     fx = None
@@ -408,6 +431,8 @@ def run_case(case: Case, args, tmp: str, index: int) -> RowResult:
             if who == "author":
                 cmd = [args.torch_python, str(HERE / "torch_worker.py"), inp, out,
                        "--route", case.route, "--tensors", case.tensors, "--mem-limit-bytes", str(limit)]
+                if args.author_code:
+                    cmd += ["--author-code", args.author_code]
                 run = run_process(cmd, out, log)
             else:
                 spec = {"case": dataclasses.asdict(case), "precision": who, "inp": inp, "out": out,
@@ -462,6 +487,9 @@ def main(argv=None) -> int:
     if args.child:
         return measure_ours_child(json.loads(args.child))
     torch_version = check_torch_env(args.torch_python)
+    if args.author_code and not (Path(args.author_code) / "ntk.py").is_file():
+        raise SystemExit(f"bench_author: --author-code {args.author_code} has no ntk.py; pass a checkout of "
+                         "the author's repository (git clone https://github.com/jylin04/mi-ntk)")
     import jax
 
     todo = cases(args.quick)
@@ -472,7 +500,7 @@ def main(argv=None) -> int:
     print(f"# bench_author: torch {torch_version} (CPU, float32, 2 threads) against ntkbook on jax "
           f"{jax.__version__} ({jax.default_backend()}); {args.repeat} interleaved repeats"
           f"{', --quick' if args.quick else ''}; author's memory limit {args.mem_limit_gb:g} GiB; "
-          f"our route: {args.ours_route}; {machine_state()}")
+          f"our route: {args.ours_route}; the author's side: {author_side(args.author_code)}; {machine_state()}")
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_author_") as tmp:
         for i, case in enumerate(todo, 1):
@@ -480,7 +508,7 @@ def main(argv=None) -> int:
     print("\nTimes: min / median (± half the interquartile range, % of the median) over the "
           "repeats, each a fresh process (excluding imports and, for ours, compilation); ratios: "
           "median [quartiles] of the per-repeat ratios; > 1 means ours is faster.\n")
-    print(format_table(results))
+    print(format_table(results, args.ours_route, bool(args.author_code)))
     errs = [e for r in results for e in (r.err_author, r.err_f32) if e is not None]
     worst = max(errs)
     print(f"\nagreement target rel. error <= {AGREEMENT_TOL:g} (float32 round-off): "

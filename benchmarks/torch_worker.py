@@ -25,6 +25,17 @@ IN.npz (from the driver): the weights in our names (MLP: ``W1`` (width, 2p), ``W
 transformer: ``W_E`` ... ``W_U`` in the author's layout, see ntkbook.models.transformer) and the
 inputs ``x`` (MLP: one-hot (N, 2p); transformer: tokens (N, 3)); cast to float32 here.
 
+With ``--author-code DIR`` (a local checkout of the author's repository, which nothing here
+copies) the worker runs **his** code instead of the re-implementation: the MLP is his
+``ma.ModularArithmeticMLP``, ``pairs`` calls his ``ntk.empirical_ntk_by_layer`` and then his
+notebook's class mean (``K.diagonal(dim1=2, dim2=3).mean(-1)`` summed over the layers), ``diag``
+calls his ``ntk.jacobian_by_layer`` and contracts its matching classes; the transformer is the
+model and the ``empirical_ntk_by_layer`` defined in his notebook
+``modular_arithmetic_transformer_v4.ipynb`` (their cells executed as they are), and each kernel
+his notebook's ``entk[name][:, :, :30, :30].mean(dim=(2, 3))``.  His function differentiates every
+tensor, so ``--tensors W_U`` costs what ``all`` costs there.  The weights are copied into his
+modules by name (the last component of his parameter names is ours).
+
 Timing: one warm-up call on the first ``--warmup-n`` inputs (torch compiles nothing; this loads
 kernels and warms the allocator), then one timed call on all inputs.  OUT.npz: the kernel(s) as
 ``K/<group>``, the model's outputs ``fx`` on the inputs (the driver checks they equal ours), and
@@ -146,6 +157,85 @@ def route_mean_logit(model, x, tensors: list[str]):
     return {n: k.mean(dim=(2, 3)) for n, k in blocks.items()}
 
 
+#: the cells of the author's transformer notebook that define its model and its kernel (by what
+#: they define, so that a re-numbered notebook still works)
+VERBATIM_CELLS = ("class MATransformer", "def empirical_ntk_by_layer")
+
+
+def _notebook_namespace(path) -> dict:
+    """Execute the author's transformer notebook's imports (line by line: one it cannot import
+    here, a progress bar or a plotting library, is skipped) and its defining cells
+    (:data:`VERBATIM_CELLS`), as they are, in a fresh namespace."""
+    import pathlib
+
+    cells = json.loads(pathlib.Path(path).read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    defining = [next((c for c in code if marker in c), None) for marker in VERBATIM_CELLS]
+    missing = [m for m, c in zip(VERBATIM_CELLS, defining) if c is None]
+    if missing:
+        raise SystemExit(f"torch_worker: {path} has no cell with {missing}; is it the author's notebook?")
+    ns: dict = {}
+    for cell in code:
+        lines = [ln for ln in cell.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        if lines and all(ln.startswith(("import ", "from ")) for ln in lines):
+            for ln in lines:
+                try:
+                    exec(ln, ns)  # noqa: S102 (the author's imports)
+                except ImportError:
+                    pass
+    for cell in dict.fromkeys(defining):
+        exec(compile(cell, str(path), "exec"), ns)  # noqa: S102 (the author's code, run on purpose)
+    return ns
+
+
+def _load_by_last_name(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Copy ``weights`` (our names) into ``model``'s parameters whose names end in them."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            w = weights[name.rsplit(".", 1)[-1]]
+            if tuple(w.shape) != tuple(param.shape):
+                raise SystemExit(f"torch_worker: {name} has shape {tuple(param.shape)}, ours {tuple(w.shape)}")
+            param.copy_(w)
+
+
+def build_verbatim(route: str, weights: dict[str, np.ndarray], x: np.ndarray, code_dir: str):
+    """The author's model from his checkout ``code_dir`` and the kernel function of his code for
+    ``route``: ``(model, x, fn)`` with ``fn(xs) -> {name: kernel}``."""
+    import pathlib
+
+    sys.path.insert(0, str(code_dir))
+    import ma  # noqa: PLC0415  (his modules)
+    import ntk  # noqa: PLC0415
+
+    if route in ("pairs", "diag"):
+        w1, w2 = (torch.as_tensor(weights[k], dtype=torch.float32) for k in ("W1", "W2"))
+        p, width = w2.shape[0], w1.shape[0]
+        model = ma.ModularArithmeticMLP(p=p, n_hidden=width)
+        with torch.no_grad():
+            model.net[0].weight.copy_(w1)
+            model.net[3].weight.copy_(w2)
+        if route == "pairs":
+            def fn(xs):
+                entk = ntk.empirical_ntk_by_layer(model, xs, xs)
+                return {"class_mean": sum(k.diagonal(dim1=2, dim2=3).mean(-1) for k in entk.values())}
+        else:
+            def fn(xs):
+                jac = ntk.jacobian_by_layer(model, xs)
+                return {"class_mean": sum(torch.einsum("ncp,mcp->nm", j, j) for j in jac.values()) / p}
+        return model, torch.as_tensor(x, dtype=torch.float32), fn
+    ns = _notebook_namespace(pathlib.Path(code_dir) / "modular_arithmetic_transformer_v4.ipynb")
+    ours = {n: torch.as_tensor(weights[n], dtype=torch.float32) for n in TRANSFORMER_NAMES}
+    d_vocab, d_model = ours["W_E"].shape
+    model = ns["MATransformer"](d_vocab, d_model, ours["W_Q"].shape[0], ours["W_in"].shape[1])
+    _load_by_last_name(model, ours)
+
+    def fn(xs):
+        entk = ns["empirical_ntk_by_layer"](model, xs, xs)
+        return {name.rsplit(".", 1)[-1]: k[:, :, :d_vocab, :d_vocab].mean(dim=(2, 3)) for name, k in entk.items()}
+
+    return model, torch.as_tensor(x, dtype=torch.long), fn
+
+
 def build(route: str, weights: dict[str, np.ndarray], x: np.ndarray):
     if route in ("pairs", "diag"):
         model = ModularMLP(torch.as_tensor(weights["W1"], dtype=torch.float32),
@@ -165,21 +255,29 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup-n", type=int, default=8)
     ap.add_argument("--mem-limit-bytes", type=int, default=0, help="RLIMIT_AS of this process (0: none)")
+    ap.add_argument("--author-code", default=None,
+                    help="a local checkout of the author's repository: run his code, not the re-implementation")
     args = ap.parse_args(argv)
     if args.mem_limit_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (args.mem_limit_bytes, args.mem_limit_bytes))
     torch.set_num_threads(args.threads)
 
     d = np.load(args.inp)
-    model, x = build(args.route, {k: d[k] for k in d.files if k != "x"}, d["x"])
-    model.eval()
-    if args.route == "pairs":
-        fn = lambda xs: route_pairs(model, xs)  # noqa: E731
-    elif args.route == "diag":
-        fn = lambda xs: route_diag(model, xs)  # noqa: E731
+    weights = {k: d[k] for k in d.files if k != "x"}
+    if args.author_code:
+        model, x, his = build_verbatim(args.route, weights, d["x"], args.author_code)
+        keep = None if args.tensors == "all" else ["W_U"]
+        fn = lambda xs: {n: k for n, k in his(xs).items() if keep is None or n in keep}  # noqa: E731
     else:
-        tensors = list(TRANSFORMER_NAMES) if args.tensors == "all" else ["W_U"]
-        fn = lambda xs: route_mean_logit(model, xs, tensors)  # noqa: E731
+        model, x = build(args.route, weights, d["x"])
+        if args.route == "pairs":
+            fn = lambda xs: route_pairs(model, xs)  # noqa: E731
+        elif args.route == "diag":
+            fn = lambda xs: route_diag(model, xs)  # noqa: E731
+        else:
+            tensors = list(TRANSFORMER_NAMES) if args.tensors == "all" else ["W_U"]
+            fn = lambda xs: route_mean_logit(model, xs, tensors)  # noqa: E731
+    model.eval()
 
     try:
         with torch.no_grad():
@@ -198,7 +296,7 @@ def main(argv=None) -> int:
         raise
     meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "dtype": "float32",
             "N": int(x.shape[0]), "seconds": seconds, "warmup_s": warmup_s,
-            "route": args.route, "tensors": args.tensors}
+            "route": args.route, "tensors": args.tensors, "author_code": bool(args.author_code)}
     np.savez(args.out, meta=np.asarray(json.dumps(meta)), fx=fx,
              **{f"K/{n}": k.detach().numpy() for n, k in ks.items()})
     print(f"[torch_worker] {args.route} ({args.tensors}) N={x.shape[0]}: {seconds:.3f} s", flush=True)

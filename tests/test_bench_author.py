@@ -140,3 +140,45 @@ def test_python_without_torch_is_a_clear_message(ba):
         ba.main(["--torch-python", sys.executable])
     msg = str(e.value)
     assert "cannot import torch" in msg and "setup_torch_env.sh" in msg
+
+
+def test_author_memory_lower_bound_of_his_own_code(ba):
+    """His own code differentiates every tensor whichever kernels are kept: the W_U row costs, in his
+    code, what all nine cost."""
+    w = _transformer_weights()
+    wu = ba.Case("t", "transformer", 841, "mean_logit", "W_U")
+    all9 = ba.Case("t", "transformer", 841, "mean_logit")
+    assert ba.author_min_bytes(wu, w, verbatim=True) == ba.author_min_bytes(all9, w)
+    assert ba.author_min_bytes(wu, w, verbatim=True) > ba.author_min_bytes(wu, w)
+
+
+def test_table_headers_name_both_sides(ba):
+    assert ba.format_table([]).splitlines()[0] == ba.HEADER
+    head = ba.format_table([], "structured", verbatim=True).splitlines()[0]
+    assert "ours f64, structured (s)" in head and "author's own code" in head and "chapter's call" not in head
+    assert ba.author_side(None).startswith("the re-implementation")
+
+
+def test_author_code_without_his_files_is_a_clear_message(ba, tmp_path, monkeypatch):
+    monkeypatch.setattr(ba, "check_torch_env", lambda python: "2.13.0+cpu")
+    with pytest.raises(SystemExit) as e:
+        ba.main(["--author-code", str(tmp_path)])
+    assert "no ntk.py" in str(e.value) and "jylin04/mi-ntk" in str(e.value)
+    with pytest.raises(SystemExit):
+        ba.parse_args(["--ours-route", "fast"])
+
+
+@pytest.mark.parametrize("case", [("mlp", 12, "diag", "all"), ("transformer", 8, "mean_logit", "W_U")])
+def test_structured_route_gives_the_engines_kernels(ba, case):
+    """``--ours-route structured`` times the same kernels as the chapters' engine calls (float64).
+    (All nine transformer tensors take the same path as W_U, a loop over the names; the route itself
+    is checked on every model in tests/test_structured.py.)"""
+    import jax
+
+    case = ba.Case("c", *case)
+    w, x = ba.model_weights(case.model), ba.model_inputs(case.model, case.n)
+    with jax.enable_x64(True):
+        engine = ba.ours_kernels(case, "f64", w, x)
+        structured = ba.ours_kernels(case, "f64", w, x, "structured")
+    assert sorted(structured) == sorted(engine)
+    assert ba.rel_frobenius(structured, engine) < 1e-12
