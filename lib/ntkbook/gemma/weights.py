@@ -305,12 +305,16 @@ def reinitialise(params, seed: int) -> dict:
     - every weight matrix (the embedding, which is also the unembedding, and per layer each of
       ``q``, ``k``, ``v``, ``o``, ``gate``, ``up``, ``down``) is replaced by i.i.d. draws from
       ``N(0, s^2)``, ``s`` the standard deviation of that matrix's own trained entries (one ``s``
-      per layer and key; the trained means are ~0).  The activations keep the trained model's
-      scale, but no learned direction, correlation between entries or spectrum shape is left;
+      per layer and key; the trained means are ~0).  Each projection keeps the trained one's size
+      (its Frobenius norm, up to sampling), but no learned direction, correlation between entries
+      or spectrum shape is left;
     - every vector (the RMSNorm scales ``attn_norm``, ``q_norm``, ``k_norm``, ``post_attn_norm``,
       ``ffn_norm``, ``post_ffn_norm`` of each layer and ``final_norm``) is set to its initial value,
       ones: the model multiplies the scale as stored, Gemma's ``1 + w`` (the GGUF stores the one
-      added, :mod:`ntkbook.gemma.weights`), and Gemma initialises ``w`` at 0.
+      added, :mod:`ntkbook.gemma.weights`), and Gemma initialises ``w`` at 0.  Training moves these
+      scales far from one (on Gemma-3-270M many are well above it), so the activations the
+      projections read and write have unit root-mean-square per norm instead of the trained
+      scales: the learned per-channel weighting of the norms is part of what is removed.
 
     Deterministic in ``seed``: one ``numpy.random.default_rng(seed)`` draws the embedding, then
     each layer key in :data:`ntkbook.gemma.model.LAYER_KEYS` order, layer by layer."""
