@@ -552,6 +552,60 @@ def test_the_kernel_inputs_verdict_follows_the_paired_splits():
     assert "So the eNTK adds nothing the selection can use" in text
 
 
+def _reinit_beside():
+    """A trained eNTK's beside_author-shaped rows over 10 splits: task A at AP 0.6, B at 0.5 (AUROC + 0.3)."""
+    e = {"A": [0.6] * 10, "B": [0.5] * 10}
+    fam = {"rows": [{"task": t, "ours": {"entk_ap": _spl(v), "entk_auroc": _spl(np.add(v, 0.3))}}
+                    for t, v in e.items()],
+           "macro": {"tasks": ["A", "B"], "ours": {"entk_ap": _spl([0.55] * 10), "entk_auroc": _spl([0.85] * 10)}}}
+    return {"pos": fam, "morph": {"rows": [], "macro": {"tasks": [], "ours": None}}}
+
+
+def _reinit(a, b, pca=(0.3, 0.3), split_test=None) -> Result:
+    """A gemma_reinit result whose random-weight eNTK has test AP a (task A) and b (task B) per split."""
+    def rows(x, y):
+        return [{"task": t, "support": 10, "ap": list(v), "auroc": list(np.add(v, 0.3)), "mode": [0] * len(v)}
+                for t, v in (("A", x), ("B", y))]
+    scalars = {"entk": {"pos": rows(a, b), "morph": []},
+               "pca": {"pos": rows([pca[0]] * 10, [pca[1]] * 10), "morph": []}, "labels": [0, 1, 0, 1]}
+    arrays = {"split_test": np.array([[True, False, True, False]]) if split_test is None else split_test}
+    return Result("gemma_reinit", {"layer": 16}, arrays=arrays, scalars=scalars)
+
+
+def test_the_reinit_verdict_follows_the_paired_splits():
+    """The eNTK of the re-initialised model beside the trained one: the macro over the trained
+    entry's macro tasks, the verdict from the per-split paired lead, turning when the random kernel
+    is the better one, and undecided when the lead flips between splits."""
+    beside = _reinit_beside()
+    low = claims.reinit_beside(_reinit([0.4] * 10, [0.5] * 9 + [0.6]), beside)
+    assert low["pos"]["tasks"] == ["A", "B"] and low["morph"]["macro"]["entk"]["ap"] is None
+    assert low["pos"]["macro"]["entk"]["ap"]["mean"] == pytest.approx(0.455)
+    assert low["pos"]["macro"]["pca"]["ap"]["mean"] == pytest.approx(0.3)
+    assert low["pos"]["rows"]["B"]["entk"]["ap"]["hi"] == pytest.approx(0.6)
+    text = claims.reinit_reading(beside, low, "pos")
+    assert "ahead on 10 of 10 splits" in text and "ahead on A and behind on no task" in text
+    assert "its PCA 0.300" in text
+    assert "So what the trained eNTK's modes detect comes from training" in text and "close to chance" not in text
+    high = claims.reinit_beside(_reinit([0.7] * 10, [0.6] * 10), beside)
+    text = claims.reinit_reading(beside, high, "pos")
+    assert "ahead on 0 of 10 splits" in text and "behind on A, B" in text
+    assert "So the trained eNTK adds nothing the selection can use over any kernel of this shape" in text
+    even = claims.reinit_beside(_reinit([0.5, 0.7] * 5, [0.5, 0.6] * 5), beside)
+    text = claims.reinit_reading(beside, even, "pos")
+    assert "cannot be told apart consistently" in text
+    assert claims.reinit_reading(beside, low, "morph") == ""
+
+
+def test_the_reinit_check_reads_the_splits_labels_and_layer():
+    res = _result([0.8] * 8, [], layer=16)
+    mine = _reinit([0.4] * 10, [0.5] * 10, split_test=np.asarray(res["split_test"]))
+    mine.scalars["labels"] = list(res["labels"])
+    assert claims.reinit_check(mine, res) == {"same_splits": True, "same_labels": True, "same_layer": True}
+    other = _reinit([0.4] * 10, [0.5] * 10, split_test=~np.asarray(res["split_test"]))
+    check = claims.reinit_check(other, _result([0.8] * 8, [], layer=14))
+    assert check["same_splits"] is False and check["same_labels"] is False and check["same_layer"] is False
+
+
 def _controls(layer: int, rand_ap: float, spread: float = 0.02, draws: int = 3, splits: int = 4) -> Result:
     """A gemma_controls result whose random directions' macro AP per draw is rand_ap + (i - 1) spread."""
     rows = [{"task": c, "ap": [[rand_ap + (i - 1) * spread] * splits for i in range(draws)],

@@ -36,7 +36,7 @@ _CLAIMS_IMPORT = re.compile(r"^\s*from ntkbook\.claims import ([^\n]+)$|"
                             r"^\s*from ntkbook\.claims\.(\w+) import|"
                             r"^\s*import ntkbook\.claims\.(\w+)", re.M)
 _EXPERIMENTS_IMPORT = re.compile(r"^\s*from ntkbook\.experiments import ([^\n]+)$", re.M)
-_LOAD_CALL = re.compile(r"\b(?:load_or_run|load_stored)\(\s*[\"'](\w+)[\"']")
+_LOAD_CALL = re.compile(r"\b(?:load_or_run|load_stored|stored)\(\s*[\"'](\w+)[\"']")
 
 
 def chapter_times(chapters_json: Path | Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -70,7 +70,8 @@ def scorecard_experiments() -> tuple[str, ...]:
 
 
 def _loaded(code: str) -> set[str]:
-    """Experiment names given as a literal first argument to ``load_or_run`` or ``load_stored``."""
+    """Experiment names given as a literal first argument to ``load_or_run``, ``load_stored`` or a
+    claims module's ``stored`` (e.g. ``claims.stored("gemma_reinit", scale)``)."""
     return set(_LOAD_CALL.findall(code))
 
 

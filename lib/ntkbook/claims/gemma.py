@@ -41,6 +41,7 @@ __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_A
            "archived", "first_data", "probe_sweep", "first_sweep", "depth_rows", "depth_reading", "PINNED_RATIO", "ritz_convergence",
            "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard",
            "KERNEL_INPUT_NAMES", "kernel_inputs_check", "kernel_inputs_beside", "kernel_inputs_reading",
+           "REINIT_NAMES", "reinit_check", "reinit_trained", "reinit_beside", "reinit_reading",
            "controls_sweep", "depth_floor", "depth_floor_reading"]
 
 #: the experiments whose stored paper-preset results :func:`scorecard` reads
@@ -1107,6 +1108,112 @@ def kernel_inputs_reading(beside: Mapping, kib: Mapping, family: str = "pos", ot
     else:
         text += ("So, by this selection, the eNTK and PCA of its own inputs cannot be told apart consistently over "
                  "the splits: what the eNTK adds over its inputs does not show as better candidates on both metrics.")
+    return text
+
+
+# ---- the same operator on a re-initialised Gemma (gemma_reinit) ------------------------------------
+
+#: what the chapter calls the two score sets of ``gemma_reinit``
+REINIT_NAMES = {"entk": "eNTK of the re-initialised model", "pca": "PCA of the re-initialised model"}
+
+
+def reinit_trained(reinit: Result, scale: str = "paper") -> Result | None:
+    """The stored ``gemma_probe`` entry with the data fields and the point of a ``gemma_reinit``
+    entry (at the paper preset: the depth sweep's entry at layer 16, N = 256,
+    :func:`gemma_probe.sweep_overrides`), or None when it is not stored; never computes."""
+    c = reinit.config
+    fields = ("n_per_class", "data_scale", "data_n_per_class", "k", "lanczos_steps", "seed", "chunk", "pca_k",
+              "folds", "split_seed", "n_splits", "min_support", "min_words", "max_top_share")
+    return stored("gemma_probe", scale, **{f: c[f] for f in fields}, layers=(c["layer"],), whole_layer_at=(),
+                  identity_contexts=0)
+
+
+def reinit_check(reinit: Result, result: Result) -> dict:
+    """Whether a ``gemma_reinit`` entry read the contexts and splits of the ``gemma_probe`` entry
+    ``result``: ``same_splits`` (the stored test sides equal), ``same_labels``, and ``same_layer``
+    (``result`` has a down-projection point at the layer of ``reinit``)."""
+    layer = reinit.config["layer"]
+    return {"same_splits": bool(np.array_equal(np.asarray(reinit["split_test"]), np.asarray(result["split_test"]))),
+            "same_labels": list(reinit["labels"]) == list(result["labels"]),
+            "same_layer": any(p["layer"] == layer and p["param_set"] == "down_proj" for p in result["points"])}
+
+
+def reinit_beside(reinit: Result, beside: Mapping) -> dict:
+    """The random-weight eNTK modes and principal components per task and macro, in the shape of
+    :func:`kernel_inputs_beside` with one more level: per family ``rows`` (task -> method
+    (``"entk"``, ``"pca"``) -> metric -> :func:`_spread` over the splits), ``macro`` (method ->
+    metric -> spread of the per-split mean over the tasks of ``beside``'s macro, None without shared
+    tasks) and ``tasks``.  ``beside``: :func:`beside_author` of the trained ``gemma_probe`` entry on
+    the same contexts and splits (:func:`reinit_trained`, :func:`reinit_check`)."""
+    out: dict = {}
+    for fam in FAMILIES:
+        rows: dict = {}
+        for method in REINIT_NAMES:
+            for r in reinit[method][fam]:
+                rows.setdefault(r["task"], {})[method] = {m: _spread(r[m]) for m in ("ap", "auroc")}
+        tasks = [t for t in beside[fam]["macro"]["tasks"] if t in rows]
+        out[fam] = {"rows": rows, "tasks": tasks,
+                    "macro": {method: {m: _spread(np.mean([rows[t][method][m]["splits"] for t in tasks], axis=0))
+                                       if tasks else None for m in ("ap", "auroc")} for method in REINIT_NAMES}}
+    return out
+
+
+def _paired_lead(a, b) -> dict:
+    """Per split ``a - b`` (two (n_splits,) lists on the same splits): ``mean``, ``std`` (ddof 1; 0 for
+    one split), ``ahead`` (splits where ``a`` is strictly ahead), ``behind``, ``n`` and ``share``
+    (ahead / n)."""
+    d = np.subtract(np.asarray(a, float), np.asarray(b, float))
+    return {"mean": float(d.mean()), "std": float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+            "ahead": int(np.sum(d > 0)), "behind": int(np.sum(d < 0)), "n": len(d), "share": float(np.mean(d > 0))}
+
+
+def reinit_reading(beside: Mapping, rb: Mapping, family: str = "pos") -> str:
+    """The verdict on what the trained eNTK adds over the same operator on random weights, for
+    ``family``: the random-weight eNTK's and PCA's macro AP and AUROC (means over the splits and
+    their range) beside the trained eNTK's, the trained eNTK's paired lead per split (mean ± sd, on
+    how many splits it is ahead), the tasks where one side leads in at least :data:`WIN_SHARE` of
+    the splits, and what that says: training adds what the selection uses when the trained eNTK is
+    ahead in at least :data:`WIN_SHARE` of the splits by both macro AP and AUROC, nothing when the
+    random-weight eNTK is, otherwise the two cannot be told apart.  "" without shared tasks."""
+    macro, rm = beside[family]["macro"], rb[family]["macro"]
+    if macro["ours"] is None or rm["entk"]["ap"] is None:
+        return ""
+    n_tasks = len(rb[family]["tasks"])
+    parts, lead = [], {}
+    for m, name in (("ap", "AP"), ("auroc", "AUROC")):
+        e, r, p = (np.asarray(macro["ours"][f"entk_{m}"]["splits"]), np.asarray(rm["entk"][m]["splits"]),
+                   np.asarray(rm["pca"][m]["splits"]))
+        lead[m] = _paired_lead(e, r)
+        parts.append(f"macro {name} {r.mean():.3f} ({r.min():.3f}–{r.max():.3f}; its PCA {p.mean():.3f}) against "
+                     f"the trained eNTK's {e.mean():.3f} ({e.min():.3f}–{e.max():.3f}), a lead for the trained eNTK "
+                     f"of {lead[m]['mean']:+.3f} ± {lead[m]['std']:.3f}, ahead on {lead[m]['ahead']} of "
+                     f"{lead[m]['n']} splits")
+    by_task = {r["task"]: r for r in beside[family]["rows"] if r["ours"] is not None}
+    t_ahead, r_ahead = [], []
+    for t in rb[family]["tasks"]:
+        pl = _paired_lead(by_task[t]["ours"]["entk_ap"]["splits"], rb[family]["rows"][t]["entk"]["ap"]["splits"])
+        if pl["ahead"] / pl["n"] >= WIN_SHARE:
+            t_ahead.append(t)
+        elif pl["behind"] / pl["n"] >= WIN_SHARE:
+            r_ahead.append(t)
+    text = (f"Over the {n_tasks} {FAMILIES[family]} of the macro rows, the eNTK of the re-initialised model reaches "
+            + "; ".join(parts) + ". ")
+    text += (f"By test AP in at least {WIN_SHARE:.0%} of the splits the trained eNTK is ahead on "
+             f"{', '.join(t_ahead) if t_ahead else 'no task'} and behind on "
+             f"{', '.join(r_ahead) if r_ahead else 'no task'}. ")
+    trained_wins = all(lead[m]["share"] >= WIN_SHARE for m in lead)
+    random_wins = all(lead[m]["behind"] / lead[m]["n"] >= WIN_SHARE for m in lead)
+    if trained_wins:
+        worse = ("close to chance (macro AUROC 0.5)" if rm["entk"]["auroc"]["mean"] < 0.6
+                 else "worse than the trained modes")
+        text += ("So what the trained eNTK's modes detect comes from training: the same operator, on the same "
+                 f"architecture and contexts with random weights, gives candidates {worse}.")
+    elif random_wins:
+        text += ("So the trained eNTK adds nothing the selection can use over any kernel of this shape: the same "
+                 "operator with random weights gives better candidates.")
+    else:
+        text += ("So, by this selection, the trained eNTK and the same operator on random weights cannot be told apart "
+                 "consistently over the splits: what training adds does not show as better candidates on both metrics.")
     return text
 
 

@@ -25,7 +25,8 @@ from ntkbook.errors import InputError
 
 __all__ = ["subset", "tasks_and_splits",
            "stratified_split", "story_splits", "pca_scores", "evaluate_task", "evaluate_tasks",
-           "split_robustness", "ROBUST_WIN_SHARE", "morph_tasks", "admitted_features", "precision_at_k"]
+           "split_robustness", "per_split_rows", "ROBUST_WIN_SHARE", "morph_tasks", "admitted_features",
+           "precision_at_k"]
 
 #: a method wins a task only when it is ahead in at least this share of the splits by story: one
 #: split decides little (per-class AUROC moves by up to ~0.06 between splits at N = 1024, more than
@@ -217,6 +218,19 @@ def split_robustness(score_sets: Mapping[str, np.ndarray], tasks: Mapping[str, n
             for m in methods:
                 row[f"{m}_{metric}_mean"] = float(np.mean(per[f"{m}_{metric}"]))
         rows.append(row)
+    return rows
+
+
+def per_split_rows(scores: np.ndarray, tasks: Mapping[str, np.ndarray],
+                   splits: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[dict]:
+    """One method's test numbers on every split, per task: ``task``, ``support`` and the lists (one
+    entry per split) ``ap``, ``auroc`` and the chosen ``mode`` (:func:`evaluate_task`: the best row
+    of ``scores`` (k, N) and its sign chosen on the training side).  ``tasks``: name -> (N,) bool."""
+    rows = []
+    for task, y in tasks.items():
+        per = [evaluate_task(scores, y, train, test) for train, test in splits]
+        rows.append({"task": task, "support": int(np.sum(y)),
+                     **{key: [p[key] for p in per] for key in ("ap", "auroc", "mode")}})
     return rows
 
 

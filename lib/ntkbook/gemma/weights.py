@@ -38,7 +38,7 @@ from ntkbook.errors import NtkbookError
 from ntkbook.gemma.model import LAYER_KEYS, GemmaConfig
 
 __all__ = ["cache_root", "gguf_path", "load", "load_numpy", "build_cache", "check_cache", "ensure_cache",
-           "file_sha256", "save_npy", "WeightsError"]
+           "file_sha256", "save_npy", "reinitialise", "WeightsError"]
 
 FORMAT = "f32-v1"
 MODEL_DIR = "gemma3-270m"
@@ -293,3 +293,45 @@ def load(root: Path | None = None):
     cfg, params, folder = load_numpy(root)
     params = jax.tree_util.tree_map(jax.numpy.asarray, params)
     return cfg, params, GemmaTokenizer(folder / "tokenizer.model")
+
+
+def reinitialise(params, seed: int) -> dict:
+    """Gemma's architecture with its learned structure removed: a re-initialised copy of ``params``.
+
+    ``params``: the model's parameter tree (:mod:`ntkbook.gemma.model`'s layout: ``embed`` (V, d),
+    ``final_norm`` (d,), ``layers`` key -> the layers' tensors stacked, (n_layers, ...)), NumPy or
+    JAX arrays.  Returns a new tree of NumPy arrays with the same keys, shapes and dtypes:
+
+    - every weight matrix (the embedding, which is also the unembedding, and per layer each of
+      ``q``, ``k``, ``v``, ``o``, ``gate``, ``up``, ``down``) is replaced by i.i.d. draws from
+      ``N(0, s^2)``, ``s`` the standard deviation of that matrix's own trained entries (one ``s``
+      per layer and key; the trained means are ~0).  Each projection keeps the trained one's size
+      (its Frobenius norm, up to sampling), but no learned direction, correlation between entries
+      or spectrum shape is left;
+    - every vector (the RMSNorm scales ``attn_norm``, ``q_norm``, ``k_norm``, ``post_attn_norm``,
+      ``ffn_norm``, ``post_ffn_norm`` of each layer and ``final_norm``) is set to its initial value,
+      ones: the model multiplies the scale as stored, Gemma's ``1 + w`` (the GGUF stores the one
+      added, :mod:`ntkbook.gemma.weights`), and Gemma initialises ``w`` at 0.  Training moves these
+      scales far from one (on Gemma-3-270M many are well above it), so the activations the
+      projections read and write have unit root-mean-square per norm instead of the trained
+      scales: the learned per-channel weighting of the norms is part of what is removed.
+
+    Deterministic in ``seed``: one ``numpy.random.default_rng(seed)`` draws the embedding, then
+    each layer key in :data:`ntkbook.gemma.model.LAYER_KEYS` order, layer by layer."""
+    rng = np.random.default_rng(seed)
+
+    def matrix(w: np.ndarray) -> np.ndarray:
+        w = np.asarray(w)
+        draw = rng.standard_normal(w.shape, dtype=w.dtype if w.dtype in (np.float32, np.float64) else np.float64)
+        return (draw * np.asarray(np.std(w, dtype=np.float64), draw.dtype)).astype(w.dtype, copy=False)
+
+    def ones(w) -> np.ndarray:
+        w = np.asarray(w)
+        return np.ones(w.shape, w.dtype)
+
+    layers = {}
+    for key in LAYER_KEYS:
+        stacked = np.asarray(params["layers"][key])  # (n_layers, ...): a vector per layer has ndim 2
+        layers[key] = (np.stack([matrix(stacked[i]) for i in range(len(stacked))]) if stacked.ndim >= 3
+                       else ones(stacked))
+    return {"embed": matrix(params["embed"]), "final_norm": ones(params["final_norm"]), "layers": layers}
