@@ -751,3 +751,23 @@ def test_a_task_with_one_class_on_a_side_is_skipped_in_that_resample_only():
     assert [(r["entry"], r["family"]) for r in rows] == [("synthetic", "pos"), ("synthetic", "morph")]
     assert rows[0]["ap"].lo > 0 and rows[0]["tasks"] == 8
     assert rows[0]["split_ap"] == claims.macro_difference(res["points"][0]["pos_splits"])  # the stored splits' reading
+
+
+def test_the_bootstrap_runs_at_smoke_size_and_says_what_it_cannot_give():
+    """The smoke build's size (4 contexts per class, a few stories): whatever a resample lacks is
+    skipped and counted, and the readings are sentences, never an error."""
+    res = _story_result(3.0, per_story=4, n_per_class=4)
+    assert res["N"] == 32 and res["stories"] == 8
+    rows = claims.story_bootstrap_table({"smoke": res}, n_boot=20)
+    for r in rows:
+        boot = r["boot"]
+        assert boot["n_boot"] == 20 and set(boot["skipped"]) == set(boot["tasks"])
+        assert (r["ap"] is None) == (not boot["macro_tasks"])
+        text = claims.story_bootstrap_reading(boot)
+        assert text.startswith("Over 20 resamples of the 8 stories (N = 32")
+    # two stories: every resample that draws one story twice has nothing to split, and says so
+    two = _story_result(3.0, per_story=16, n_per_class=4)
+    boot = claims.story_bootstrap(two, "pos", n_boot=20)
+    assert 0 < boot["unsplit"] < 20 and boot["macro"]["ap"] is None
+    assert (f"could be evaluated in every resample ({boot['unsplit']} of the resamples drew fewer distinct stories "
+            "than a split needs)") in claims.story_bootstrap_reading(boot)

@@ -1386,7 +1386,11 @@ def story_bootstrap(result: Result, family: str = "pos", n_boot: int = BOOT_N, s
     The copies of a story drawn twice keep the story's id as their group, so they land on one side
     of the split together.  Distinct ids would let one copy choose the mode on the training side and
     its twin, the same contexts, score it on the test side: the leak the split by story exists to
-    prevent, and one that would flatter whichever method fits its training side more closely.
+    prevent, and one that would flatter whichever method fits its training side more closely.  A
+    resample holds about 63 % of the distinct stories, some several times, so its training side
+    offers the selection fewer distinct contexts than the original's: that part of the interval may
+    err wide, while holding the modes fixed makes it narrow; the percentile interval is centred on
+    the resamples, whose mean need not equal the stored splits' mean difference.
 
     A task whose training or test side of a resample holds one class only
     (:class:`~ntkbook.errors.InputError` from ``evaluate_task``) is skipped in that resample only and
@@ -1418,8 +1422,11 @@ def story_bootstrap_reading(boot: Mapping) -> str:
     pct = f"{boot['level']:.0%}"
     head = (f"Over {boot['n_boot']} resamples of the {boot['stories']} stories (N = {boot['N']}; a cluster bootstrap "
             f"with the eNTK modes and the principal components held fixed, one fresh split by story per resample)")
+    unsplit = (f" ({boot['unsplit']} of the resamples drew fewer distinct stories than a split needs)"
+               if boot["unsplit"] else "")
     if macro_ap is None:
-        return head + f", no {fam[:-1]} task could be evaluated in every resample, so there is no macro interval."
+        return head + (f", no {fam[:-1]} task could be evaluated in every resample{unsplit}, so there is no macro "
+                       "interval.")
     n = len(boot["macro_tasks"])
     parts = []
     for m, name in (("ap", "AP"), ("auroc", "AUROC")):
