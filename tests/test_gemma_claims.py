@@ -693,7 +693,10 @@ def test_identical_score_sets_differ_by_exactly_zero_in_every_resample():
     for m in ("ap", "auroc"):
         diff = boot["macro"][m]["diff"]
         assert (diff.mean, diff.lo, diff.hi) == (0.0, 0.0, 0.0) and boot["macro"][m]["share_ahead"] == 0.0
-    assert "cannot be told apart by macro AP: the interval includes 0" in claims.story_bootstrap_reading(boot)
+    text = claims.story_bootstrap_reading(boot)
+    assert "cannot be told apart by macro AP: the interval includes 0" in text
+    assert "the interval of the AP difference lies above 0 for none of the 8 and below 0 for none" in text
+    assert "Won over the splits but not over the data: " + ", ".join(CLASSES) + "." in text
 
 
 def test_the_bootstrap_is_deterministic_in_its_seed():

@@ -1445,10 +1445,11 @@ def story_bootstrap_reading(boot: Mapping) -> str:
     above = [t for t, v in per.items() if v["diff"].above(0)]
     below = [t for t, v in per.items() if v["diff"].below(0)]
     wins = boot["split_wins"]["ap"]
-    text += (f" Per task, the interval of the AP difference lies above 0 for {len(above)} of {len(per)} "
-             f"({', '.join(above) or 'none'}) and below 0 for {', '.join(below) or 'none'}; the split-based robust "
-             f"wins (ahead in at least {WIN_SHARE:.0%} of the {boot['n_splits']} stored splits) are {len(wins)} "
-             f"({', '.join(wins) or 'none'}).")
+    text += (" Per task, the interval of the AP difference lies above 0 for "
+             + (f"{len(above)} of {len(per)} ({', '.join(above)})" if above else f"none of the {len(per)}")
+             + f" and below 0 for {', '.join(below) or 'none'}; the split-based robust wins (ahead in at least "
+             f"{WIN_SHARE:.0%} of the {boot['n_splits']} stored splits) are "
+             + (f"{len(wins)} ({', '.join(wins)})." if wins else "none."))
     only_split = [t for t in wins if t not in above]
     only_boot = [t for t in above if t not in wins]
     if only_split:
