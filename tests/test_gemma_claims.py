@@ -742,7 +742,7 @@ def test_a_task_with_one_class_on_a_side_is_skipped_in_that_resample_only():
     assert boot["macro_tasks"] == [] and boot["macro"]["ap"] is None
     per = boot["per_task"]["Feat=R"]["ap"]
     assert per["n"] == 40 - skipped == int(np.sum(~np.isnan(boot["draws"]["entk_ap"][:, 0])))
-    assert "no morphological feature task could be evaluated in every resample" in claims.story_bootstrap_reading(boot)
+    assert "no morphological task could be evaluated in every resample" in claims.story_bootstrap_reading(boot)
     # beside a task evaluated everywhere, the macro is over that one, and the reading names the skipped one
     res = _story_result(3.0)
     res["points"][0]["morph_splits"].append(_split_row("Feat=S", 1.0))
@@ -768,6 +768,9 @@ def test_the_bootstrap_runs_at_smoke_size_and_says_what_it_cannot_give():
         assert (r["ap"] is None) == (not boot["macro_tasks"])
         text = claims.story_bootstrap_reading(boot)
         assert text.startswith("Over 20 resamples of the 8 stories (N = 32")
+    res["points"][0]["morph_splits"] = []  # no task passed the filters
+    assert "there is no morphological task to evaluate" in claims.story_bootstrap_reading(
+        claims.story_bootstrap(res, "morph", n_boot=5))
     # two stories: every resample that draws one story twice has nothing to split, and says so
     two = _story_result(3.0, per_story=16, n_per_class=4)
     boot = claims.story_bootstrap(two, "pos", n_boot=20)

@@ -1424,8 +1424,11 @@ def story_bootstrap_reading(boot: Mapping) -> str:
             f"with the eNTK modes and the principal components held fixed, one fresh split by story per resample)")
     unsplit = (f" ({boot['unsplit']} of the resamples drew fewer distinct stories than a split needs)"
                if boot["unsplit"] else "")
+    kind = {"pos": "part-of-speech", "morph": "morphological"}[boot["family"]]
+    if not boot["tasks"]:
+        return head + f", there is no {kind} task to evaluate: none passed the filters and the stored splits."
     if macro_ap is None:
-        return head + (f", no {fam[:-1]} task could be evaluated in every resample{unsplit}, so there is no macro "
+        return head + (f", no {kind} task could be evaluated in every resample{unsplit}, so there is no macro "
                        "interval.")
     n = len(boot["macro_tasks"])
     parts = []
