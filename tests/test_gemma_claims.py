@@ -636,3 +636,144 @@ def test_the_depth_sweep_is_read_against_its_floor():
     labels = [h.get_label() for h in fig.legends[0].legend_handles]
     assert labels[-2:] == ["random directions", "supervised probe"]
     assert len(fig.axes[0].collections) >= 1   # the draws' range, shaded
+
+
+# ---- error bars over the data: the bootstrap over stories ----------------------------------------------
+
+def _story_result(signal: float | None = 3.0, same: bool = False, per_story: int = 3, n_per_class: int = 24) -> Result:
+    """A synthetic result whose contexts come in stories of ``per_story`` (mixed classes); eNTK mode c is
+    the indicator of class c times ``signal`` plus unit noise (pure noise when ``signal`` is None),
+    PCA is unit noise (the eNTK's scores themselves when ``same``); one morphological feature, Feat=R,
+    has its positives in two stories only (so a resample often lacks them on a side)."""
+    res = _result([0.8] * 8, [1.0], n_per_class=n_per_class)
+    labels = np.asarray(res["labels"])
+    N = len(labels)
+    rng = np.random.default_rng(1)
+    story = rng.permutation(N) // per_story  # stories of per_story contexts, classes mixed
+    k = len(CLASSES)
+    entk = rng.normal(size=(k, N))
+    if signal is not None:
+        entk += signal * (labels[None, :] == np.arange(k)[:, None])
+    pca = entk.copy() if same else rng.normal(size=(k, N))
+    for name, s in (("entk_scores", entk), ("pca_scores", pca)):
+        res.arrays[gemma_probe.point_key(16, "down_proj", name)] = s
+    rare = np.isin(story, [0, 1])
+    res.scalars.update(story=[f"s{i}" for i in story], stories=int(story.max() + 1),
+                       morph=["Feat=R" if r else "" for r in rare])
+    res["points"][0]["morph_splits"] = [_split_row("Feat=R", 1.0)]
+    return res
+
+
+def test_the_bootstrap_over_stories_finds_a_real_lead_and_reads_it():
+    boot = claims.story_bootstrap(_story_result(3.0), "pos", n_boot=30)
+    ap = boot["macro"]["ap"]
+    assert boot["n_boot"] == 30 and boot["macro_tasks"] == list(CLASSES) and not any(boot["skipped"].values())
+    assert ap["diff"].lo > 0.3 and ap["share_ahead"] == 1.0 and boot["macro"]["auroc"]["diff"].lo > 0.2
+    assert ap["diff"].mean == pytest.approx(np.mean(ap["entk"].mean - ap["pca"].mean))
+    assert all(boot["per_task"][t]["ap"]["diff"].lo > 0 for t in CLASSES)
+    assert boot["draws"]["entk_ap"].shape == (30, len(CLASSES))
+    text = claims.story_bootstrap_reading(boot)
+    assert "held fixed" in text and "the eNTK leads PCA by macro AP: the interval lies above 0" in text
+    assert "above 0 for 8 of 8" in text and "95% interval" in text
+    # the split-based wins stored with the entry (all 8 by construction) are quoted beside
+    assert "the split-based robust wins (ahead in at least 80% of the 20 stored splits) are 8" in text
+    # PCA with the signal and the eNTK without: it trails
+    res = _story_result(3.0)
+    key = lambda name: gemma_probe.point_key(16, "down_proj", name)  # noqa: E731
+    res.arrays[key("entk_scores")], res.arrays[key("pca_scores")] = res.arrays[key("pca_scores")], res.arrays[key("entk_scores")]
+    behind = claims.story_bootstrap(res, "pos", n_boot=20)
+    assert behind["macro"]["ap"]["diff"].hi < 0
+    assert "the eNTK trails PCA by macro AP: the interval lies below 0" in claims.story_bootstrap_reading(behind)
+
+
+def test_identical_score_sets_differ_by_exactly_zero_in_every_resample():
+    boot = claims.story_bootstrap(_story_result(3.0, same=True), "pos", n_boot=20)
+    d = boot["draws"]
+    assert np.array_equal(d["entk_ap"], d["pca_ap"]) and np.array_equal(d["entk_auroc"], d["pca_auroc"])
+    for m in ("ap", "auroc"):
+        diff = boot["macro"][m]["diff"]
+        assert (diff.mean, diff.lo, diff.hi) == (0.0, 0.0, 0.0) and boot["macro"][m]["share_ahead"] == 0.0
+    text = claims.story_bootstrap_reading(boot)
+    assert "cannot be told apart by macro AP: the interval includes 0" in text
+    assert "the interval of the AP difference lies above 0 for none of the 8 and below 0 for none" in text
+    assert "Won over the splits but not over the data: " + ", ".join(CLASSES) + "." in text
+
+
+def test_the_bootstrap_is_deterministic_in_its_seed():
+    res = _story_result(0.5)
+    a, b = (claims.story_bootstrap(res, "pos", n_boot=10, seed=3) for _ in range(2))
+    c = claims.story_bootstrap(res, "pos", n_boot=10, seed=4)
+    assert all(np.array_equal(a["draws"][k], b["draws"][k], equal_nan=True) for k in a["draws"])
+    assert a["macro"]["ap"]["diff"] == b["macro"]["ap"]["diff"]
+    assert not np.array_equal(a["draws"]["entk_ap"], c["draws"]["entk_ap"])
+
+
+def test_each_resample_draws_whole_stories_and_keeps_each_on_one_side(monkeypatch):
+    from ntkbook.gemma import probe
+
+    res = _story_result(1.0, per_story=4)
+    sizes = {s: n for s, n in zip(*np.unique(np.asarray(res["story"]), return_counts=True))}
+    seen = []
+    original = probe.story_splits
+
+    def recording(labels, stories, n_splits, **kw):
+        out = original(labels, stories, n_splits, **kw)
+        seen.append((np.asarray(stories), out))
+        return out
+
+    monkeypatch.setattr(probe, "story_splits", recording)
+    claims.story_bootstrap(res, "pos", n_boot=8)
+    assert len(seen) == 8
+    for stories, [(train, test)] in seen:
+        assert len(stories) > 0 and np.array_equal(np.sort(np.concatenate([train, test])), np.arange(len(stories)))
+        names, counts = np.unique(stories, return_counts=True)
+        # a drawn story brings all its contexts, once per draw; the draws number the result's stories
+        assert all(c % sizes[s] == 0 for s, c in zip(names, counts))
+        assert sum(c // sizes[s] for s, c in zip(names, counts)) == len(sizes)
+        assert any(c > sizes[s] for s, c in zip(names, counts))  # some story drawn more than once
+        # every copy of a story on one side
+        assert not set(stories[train]) & set(stories[test])
+
+
+def test_a_task_with_one_class_on_a_side_is_skipped_in_that_resample_only():
+    boot = claims.story_bootstrap(_story_result(3.0), "morph", n_boot=40)
+    skipped = boot["skipped"]["Feat=R"]
+    assert 0 < skipped < 40  # the two stories holding its positives are absent, or on one side, in some resamples
+    assert boot["macro_tasks"] == [] and boot["macro"]["ap"] is None
+    per = boot["per_task"]["Feat=R"]["ap"]
+    assert per["n"] == 40 - skipped == int(np.sum(~np.isnan(boot["draws"]["entk_ap"][:, 0])))
+    assert "no morphological task could be evaluated in every resample" in claims.story_bootstrap_reading(boot)
+    # beside a task evaluated everywhere, the macro is over that one, and the reading names the skipped one
+    res = _story_result(3.0)
+    res["points"][0]["morph_splits"].append(_split_row("Feat=S", 1.0))
+    res.scalars["morph"] = [m + ("|" if m else "") + ("Feat=S" if i % 2 else "") for i, m in enumerate(res["morph"])]
+    both = claims.story_bootstrap(res, "morph", n_boot=40)
+    assert both["macro_tasks"] == ["Feat=S"] and both["skipped"]["Feat=R"] == skipped
+    assert f"left out of the macro: Feat=R ({skipped} of 40)" in claims.story_bootstrap_reading(both)
+    rows = claims.story_bootstrap_table({"synthetic": res}, n_boot=10)
+    assert [(r["entry"], r["family"]) for r in rows] == [("synthetic", "pos"), ("synthetic", "morph")]
+    assert rows[0]["ap"].lo > 0 and rows[0]["tasks"] == 8
+    assert rows[0]["split_ap"] == claims.macro_difference(res["points"][0]["pos_splits"])  # the stored splits' reading
+
+
+def test_the_bootstrap_runs_at_smoke_size_and_says_what_it_cannot_give():
+    """The smoke build's size (4 contexts per class, a few stories): whatever a resample lacks is
+    skipped and counted, and the readings are sentences, never an error."""
+    res = _story_result(3.0, per_story=4, n_per_class=4)
+    assert res["N"] == 32 and res["stories"] == 8
+    rows = claims.story_bootstrap_table({"smoke": res}, n_boot=20)
+    for r in rows:
+        boot = r["boot"]
+        assert boot["n_boot"] == 20 and set(boot["skipped"]) == set(boot["tasks"])
+        assert (r["ap"] is None) == (not boot["macro_tasks"])
+        text = claims.story_bootstrap_reading(boot)
+        assert text.startswith("Over 20 resamples of the 8 stories (N = 32")
+    res["points"][0]["morph_splits"] = []  # no task passed the filters
+    assert "there is no morphological task to evaluate" in claims.story_bootstrap_reading(
+        claims.story_bootstrap(res, "morph", n_boot=5))
+    # two stories: every resample that draws one story twice has nothing to split, and says so
+    two = _story_result(3.0, per_story=16, n_per_class=4)
+    boot = claims.story_bootstrap(two, "pos", n_boot=20)
+    assert 0 < boot["unsplit"] < 20 and boot["macro"]["ap"] is None
+    assert (f"could be evaluated in every resample ({boot['unsplit']} of the resamples drew fewer distinct stories "
+            "than a split needs)") in claims.story_bootstrap_reading(boot)

@@ -27,6 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ntkbook.claims.intervals import Interval
 from ntkbook.experiments import gemma_probe
 from ntkbook.gemma.probe import ROBUST_WIN_SHARE
 from ntkbook.numbers import sci
@@ -42,7 +43,8 @@ __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_A
            "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard",
            "KERNEL_INPUT_NAMES", "kernel_inputs_check", "kernel_inputs_beside", "kernel_inputs_reading",
            "REINIT_NAMES", "reinit_check", "reinit_trained", "reinit_beside", "reinit_reading",
-           "controls_sweep", "depth_floor", "depth_floor_reading"]
+           "controls_sweep", "depth_floor", "depth_floor_reading",
+           "BOOT_LEVEL", "BOOT_N", "story_bootstrap", "story_bootstrap_reading", "story_bootstrap_table"]
 
 #: the experiments whose stored paper-preset results :func:`scorecard` reads
 EXPERIMENTS = ("gemma_probe",)
@@ -1277,3 +1279,207 @@ def depth_floor_reading(rows: list[dict], floor: Mapping[int, dict]) -> str:
     text += (f" PCA is at or below its floor at {_plural('layer', pca_at)} {_layers(pca_at)}." if pca_at
              else " PCA is above its floor at every such layer.")
     return text
+
+
+# ---- error bars over the data: a bootstrap over stories ---------------------------------------------
+
+#: two-sided coverage of the percentile interval of :func:`story_bootstrap` (2.5 and 97.5 percentiles)
+BOOT_LEVEL = 0.95
+#: resamples of :func:`story_bootstrap` by default (about 15 s per family at N = 1024 on one core)
+BOOT_N = 200
+
+
+def _boot_interval(values: np.ndarray, level: float) -> Interval:
+    """The mean of ``values`` (one per resample, ``(n,)``) with its percentile interval at ``level``
+    (:class:`~ntkbook.claims.intervals.Interval` as the container: ``above``/``below``/``text``)."""
+    v = np.asarray(values, float)
+    lo, hi = np.percentile(v, [50 * (1 - level), 50 * (1 + level)])
+    return Interval(float(v.mean()), float(lo), float(hi), int(v.size))
+
+
+@_memo
+def _story_bootstrap(result: Result, family: str, n_boot: int, seed: int, layer: int | None, level: float) -> dict:
+    import warnings  # noqa: PLC0415
+
+    from ntkbook.errors import InputError  # noqa: PLC0415
+    from ntkbook.gemma import probe  # noqa: PLC0415
+
+    if family not in FAMILIES:
+        raise InputError(f"family must be one of {list(FAMILIES)}, got {family!r}")
+    if n_boot < 2:
+        raise InputError(f"a bootstrap needs n_boot >= 2 resamples, got {n_boot}")
+    layer = main_layer(result) if layer is None else layer
+    point = gemma_probe.point(result, layer)
+    split_rows = point.get(f"{family}_splits", [])
+    tasks = [r["task"] for r in split_rows]
+    masks = _task_masks(result, family, tasks)
+    sets = {m: np.asarray(result[gemma_probe.point_key(layer, "down_proj", f"{m}_scores")]) for m in ("entk", "pca")}
+    labels, story = np.asarray(result["labels"]), np.asarray(result["story"])
+    names, of_story = np.unique(story, return_inverse=True)
+    members = [np.flatnonzero(of_story == s) for s in range(len(names))]
+    folds = result.config.get("folds", 2)
+    rng = np.random.default_rng(seed)
+    shape = (n_boot, len(tasks))
+    got = {f"{m}_{metric}": np.full(shape, np.nan) for m in sets for metric in ("ap", "auroc")}
+    unsplit = 0
+    for b in range(n_boot):
+        drawn = rng.integers(len(names), size=len(names))
+        split_seed = int(rng.integers(2 ** 31 - 1))
+        idx = np.concatenate([members[s] for s in drawn])
+        try:
+            with warnings.catch_warnings():  # few members of a class in a small resample: StratifiedGroupKFold warns
+                warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
+                (train, test), = probe.story_splits(labels[idx], story[idx], 1, folds=folds, seed=split_seed)
+        except InputError:  # fewer distinct stories than folds: nothing to split
+            unsplit += 1
+            continue
+        sub = {m: s[:, idx] for m, s in sets.items()}
+        for ti, t in enumerate(tasks):
+            y = masks[t][idx]
+            try:
+                per = {m: probe.evaluate_task(s, y, train, test) for m, s in sub.items()}
+            except InputError:  # one class only on a side of this resample's split: skipped for this task
+                continue
+            for m, r in per.items():
+                got[f"{m}_ap"][b, ti], got[f"{m}_auroc"][b, ti] = r["ap"], r["auroc"]
+    evaluated = ~np.isnan(got["entk_ap"])  # (n_boot, tasks)
+    skipped = {t: int(n_boot - evaluated[:, ti].sum()) for ti, t in enumerate(tasks)}
+    common = [ti for ti, t in enumerate(tasks) if skipped[t] == 0]
+    out: dict = {"family": family, "layer": layer, "N": int(result["N"]), "stories": len(names), "n_boot": n_boot,
+                 "seed": seed, "level": level, "tasks": tasks, "macro_tasks": [tasks[ti] for ti in common],
+                 "skipped": skipped, "unsplit": unsplit, "draws": got,
+                 "split_wins": {m: robust_wins(split_rows, m) for m in ("ap", "auroc")},
+                 "split_macro": {m: macro_difference(split_rows, m) if split_rows else None for m in ("ap", "auroc")},
+                 "n_splits": len(split_rows[0]["ap_diff"]) if split_rows else 0, "macro": {}, "per_task": {}}
+    for metric in ("ap", "auroc"):
+        diff = got[f"entk_{metric}"] - got[f"pca_{metric}"]  # (n_boot, tasks), NaN where skipped
+        if common:
+            e, p = (got[f"{m}_{metric}"][:, common].mean(axis=1) for m in ("entk", "pca"))
+            out["macro"][metric] = {"entk": _boot_interval(e, level), "pca": _boot_interval(p, level),
+                                    "diff": _boot_interval(e - p, level), "share_ahead": float(np.mean(e > p))}
+        else:
+            out["macro"][metric] = None
+        for ti, t in enumerate(tasks):
+            d = diff[evaluated[:, ti], ti]
+            out["per_task"].setdefault(t, {})[metric] = (
+                {"diff": _boot_interval(d, level), "share_ahead": float(np.mean(d > 0)), "n": int(d.size)}
+                if d.size >= 2 else None)
+    return out
+
+
+def story_bootstrap(result: Result, family: str = "pos", n_boot: int = BOOT_N, seed: int = 0,
+                    layer: int | None = None, level: float = BOOT_LEVEL) -> dict:
+    """Error bars over the data: a cluster bootstrap over the stories of a ``gemma_probe`` result,
+    with the eNTK modes and the principal components **held fixed** (a Lanczos run per resample is
+    15–40 min of CPU), so the interval is narrower than that of a full re-run on fresh stories.
+
+    Each of ``n_boot`` resamples draws the result's S stories with replacement (S draws) and takes
+    every context of each drawn story, as often as the story is drawn (the scores of a context are
+    its columns of the stored ``entk_scores`` and ``pca_scores`` (k, N)); it makes one fresh split by
+    story of the resample (:func:`ntkbook.gemma.probe.story_splits`, ``n_splits=1``, the result's
+    ``folds``, stratified by part of speech as the experiment's splits are, a seed drawn from the
+    resample's generator) and evaluates each task of ``family`` at ``layer`` (default
+    :func:`main_layer`; the tasks of the stored ``<family>_splits`` rows) for both score sets as the
+    main comparison does (:func:`ntkbook.gemma.probe.evaluate_task`: direction and sign chosen by
+    training AP, test AP and AUROC).
+
+    The copies of a story drawn twice keep the story's id as their group, so they land on one side
+    of the split together.  Distinct ids would let one copy choose the mode on the training side and
+    its twin, the same contexts, score it on the test side: the leak the split by story exists to
+    prevent, and one that would flatter whichever method fits its training side more closely.  A
+    resample holds about 63 % of the distinct stories, some several times, so its training side
+    offers the selection fewer distinct contexts than the original's: that part of the interval may
+    err wide, while holding the modes fixed makes it narrow; the percentile interval is centred on
+    the resamples, whose mean need not equal the stored splits' mean difference.
+
+    A task whose training or test side of a resample holds one class only
+    (:class:`~ntkbook.errors.InputError` from ``evaluate_task``) is skipped in that resample only and
+    counted (``skipped``); the macro is taken over the tasks evaluated in **every** resample
+    (``macro_tasks``), so that each resample's macro averages the same tasks; a task skipped in some
+    resample keeps its own interval over the resamples where it was evaluated.  A resample with fewer
+    distinct stories than folds cannot be split and is counted in ``unsplit`` (every task skipped).
+
+    Deterministic in ``seed`` (NumPy ``default_rng(seed)`` draws the stories and the split seeds).
+    Returns ``family``, ``layer``, ``N``, ``stories`` (S), ``n_boot``, ``seed``, ``level``, ``tasks``,
+    ``macro_tasks``, ``skipped`` (task -> resamples skipped), ``unsplit``, ``draws`` (``<method>_<metric>``
+    -> (n_boot, tasks) test values, NaN where skipped), ``macro`` (metric -> ``entk``, ``pca`` and
+    ``diff`` (eNTK − PCA) :class:`~ntkbook.claims.intervals.Interval` (mean over the resamples and the
+    percentile interval at ``level``, by default the 2.5 and 97.5 percentiles), ``share_ahead`` (the
+    share of resamples with the eNTK's macro strictly ahead); None without a task in every resample),
+    ``per_task`` (task -> metric -> ``diff`` interval, ``share_ahead``, ``n`` resamples evaluated; None
+    under two), and beside them the split-based reading of the stored entry: ``split_wins`` (metric ->
+    :func:`robust_wins`), ``split_macro`` (metric -> :func:`macro_difference`) and ``n_splits``."""
+    return _story_bootstrap(result, family, int(n_boot), int(seed), layer, float(level))
+
+
+def story_bootstrap_reading(boot: Mapping) -> str:
+    """The verdict over the data, from :func:`story_bootstrap`: the eNTK **leads** PCA when the
+    interval of the macro AP difference (eNTK − PCA) lies above 0, **trails** it when below, and the
+    two cannot be told apart over the data when it includes 0 (AP is the verdict metric, AUROC is
+    quoted beside it); then the tasks whose own interval of the AP difference lies above 0 (below 0)
+    beside the split-based robust wins of the stored entry (:func:`robust_wins`)."""
+    fam, macro_ap = FAMILIES[boot["family"]], boot["macro"]["ap"]
+    pct = f"{boot['level']:.0%}"
+    head = (f"Over {boot['n_boot']} resamples of the {boot['stories']} stories (N = {boot['N']}; a cluster bootstrap "
+            f"with the eNTK modes and the principal components held fixed, one fresh split by story per resample)")
+    unsplit = (f" ({boot['unsplit']} of the resamples drew fewer distinct stories than a split needs)"
+               if boot["unsplit"] else "")
+    kind = {"pos": "part-of-speech", "morph": "morphological"}[boot["family"]]
+    if not boot["tasks"]:
+        return head + f", there is no {kind} task to evaluate: none passed the filters and the stored splits."
+    if macro_ap is None:
+        return head + (f", no {kind} task could be evaluated in every resample{unsplit}, so there is no macro "
+                       "interval.")
+    n = len(boot["macro_tasks"])
+    parts = []
+    for m, name in (("ap", "AP"), ("auroc", "AUROC")):
+        mm = boot["macro"][m]
+        parts.append(f"in macro {name} {mm['diff'].mean:+.3f} ({pct} interval {mm['diff'].lo:+.3f} to "
+                     f"{mm['diff'].hi:+.3f}; eNTK ahead in {mm['share_ahead']:.0%} of the resamples)")
+    text = head + f", the eNTK − PCA difference over the {n} {fam} is " + " and ".join(parts) + ". "
+    d = macro_ap["diff"]
+    if d.above(0):
+        text += "So over the data the eNTK leads PCA by macro AP: the interval lies above 0."
+    elif d.below(0):
+        text += "So over the data the eNTK trails PCA by macro AP: the interval lies below 0."
+    else:
+        text += "So over the data the eNTK and PCA cannot be told apart by macro AP: the interval includes 0."
+    per = {t: v["ap"] for t, v in boot["per_task"].items() if v["ap"] is not None}
+    above = [t for t, v in per.items() if v["diff"].above(0)]
+    below = [t for t, v in per.items() if v["diff"].below(0)]
+    wins = boot["split_wins"]["ap"]
+    text += (" Per task, the interval of the AP difference lies above 0 for "
+             + (f"{len(above)} of {len(per)} ({', '.join(above)})" if above else f"none of the {len(per)}")
+             + f" and below 0 for {', '.join(below) or 'none'}; the split-based robust wins (ahead in at least "
+             f"{WIN_SHARE:.0%} of the {boot['n_splits']} stored splits) are "
+             + (f"{len(wins)} ({', '.join(wins)})." if wins else "none."))
+    only_split = [t for t in wins if t not in above]
+    only_boot = [t for t in above if t not in wins]
+    if only_split:
+        text += f" Won over the splits but not over the data: {', '.join(only_split)}."
+    if only_boot:
+        text += f" Ahead over the data but not a robust win over the splits: {', '.join(only_boot)}."
+    skipped = {t: k for t, k in boot["skipped"].items() if k}
+    if skipped:
+        text += (" Skipped in some resamples (one class on a side), and so left out of the macro: "
+                 + ", ".join(f"{t} ({k} of {boot['n_boot']})" for t, k in skipped.items()) + ".")
+    return text
+
+
+def story_bootstrap_table(entries: Mapping[str, Result], n_boot: int = BOOT_N, seed: int = 0) -> list[dict]:
+    """One row per (entry, family) for the chapter: ``entry`` (the label given), ``family``, ``N``,
+    ``stories``, ``tasks`` (in the macro), ``ap``/``auroc`` (the macro difference's
+    :class:`~ntkbook.claims.intervals.Interval`, None without a macro), ``ap_share``/``auroc_share``
+    (resamples with the eNTK ahead), ``split_ap`` (the stored splits' macro AP difference: mean, sd,
+    share ahead) and ``boot`` (:func:`story_bootstrap` at ``n_boot``, ``seed``)."""
+    rows = []
+    for label, result in entries.items():
+        for fam in FAMILIES:
+            boot = story_bootstrap(result, fam, n_boot, seed)
+            mac = boot["macro"]
+            rows.append({"entry": label, "family": fam, "N": boot["N"], "stories": boot["stories"],
+                         "tasks": len(boot["macro_tasks"]),
+                         **{m: mac[m]["diff"] if mac[m] else None for m in ("ap", "auroc")},
+                         **{f"{m}_share": mac[m]["share_ahead"] if mac[m] else None for m in ("ap", "auroc")},
+                         "split_ap": boot["split_macro"]["ap"], "boot": boot})
+    return rows
