@@ -7,7 +7,6 @@ of the experiment's first rules (modular_mlp_scorecard) is still given."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from ntkbook.claims import NOT_TESTED
 from ntkbook.claims import lanczos as cl

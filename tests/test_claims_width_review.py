@@ -4,7 +4,6 @@ set's n in the v2 threshold, and the Ostrowski interval over the resolved eigenv
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

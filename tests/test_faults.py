@@ -27,7 +27,7 @@ import pytest
 
 from ntkbook import store as store_mod
 from ntkbook.experiments import demo_sweep
-from ntkbook.store import PointStore, Result, Store, StoreError
+from ntkbook.store import Result, Store, StoreError
 
 
 def result_files(root):

@@ -322,8 +322,8 @@ def test_cifar_route_end_to_end(server, tmp_path, monkeypatch):
     archive = root / "cifar-10-python.tar.gz"
     _fake_cifar_archive(archive, 12000, 2400)
     raw = archive.read_bytes()
-    entry = _route(monkeypatch, fetch.CIFAR10_LOSSLESS, urls=(base + archive.name,),
-                   download_sha256=_sha(raw), download_md5=hashlib.md5(raw).hexdigest())
+    _route(monkeypatch, fetch.CIFAR10_LOSSLESS, urls=(base + archive.name,),
+           download_sha256=_sha(raw), download_md5=hashlib.md5(raw).hexdigest())
     dest = tmp_path / "dest"
     fetch.fetch(["cifar10"], dest, report=lambda s: None)
     assert sorted(_leftovers(dest)) == ["cifar-10-python.tar.gz", "cifar10-lossless-10k-2k.npz"]

@@ -264,7 +264,6 @@ def test_every_figure_reads_on_a_phone_and_on_a_desktop(chapter):
 def test_untrained_models_are_marked():
     """Fig. 4.2 (the map): every model that did not train is drawn dashed with hollow markers, the
     others solid, and the legend says what that means."""
-    from ntkbook.claims import influence as claims_influence
     from ntkbook.influence import readout
     from ntkbook.plotting import influence_map
 

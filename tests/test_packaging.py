@@ -135,7 +135,6 @@ def test_lock_is_complete_on_each_platform():
     other platforms) are taken as leaves: their metadata is not here."""
     from importlib import metadata
 
-    from packaging.markers import Marker
     from packaging.requirements import Requirement
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]

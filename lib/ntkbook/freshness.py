@@ -34,7 +34,6 @@ An experiment module may define, besides ``NAME``, ``VERSION``, ``Config`` and `
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import fnmatch
 import math

@@ -471,7 +471,6 @@ def build(scale: str, chapters: list[str] | None = None, execute_only: bool = Fa
     into ``out`` are kept (those missing are executed). The student ``edition`` removes the
     solutions from the executed notebooks (:mod:`ntkbook.book.editions`); it is built into
     ``_build/<scale>-student`` by default. ``repo`` is the book's root (``_toc.yml``, ``book/``)."""
-    import nbformat
 
     t_start = time.perf_counter()
     if edition not in EDITIONS:

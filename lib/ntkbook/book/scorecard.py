@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ntkbook.claims import NOT_TESTED, ROW_VERDICTS
-from ntkbook.verdicts import VERDICTS
 
 __all__ = ["Claim", "Row", "CATALOGUE", "NOT_MEASURED", "NOT_TESTED", "section_label", "collect",
            "claim_modules",

@@ -40,7 +40,6 @@ presets where those are stored (:func:`results_for`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Mapping
 
