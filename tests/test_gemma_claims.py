@@ -596,6 +596,17 @@ def test_the_reinit_verdict_follows_the_paired_splits():
     assert claims.reinit_reading(beside, low, "morph") == ""
 
 
+def test_the_reinit_table_rows_are_per_task_then_the_macro():
+    beside = _reinit_beside()
+    rb = claims.reinit_beside(_reinit([0.4] * 10, [0.5] * 9 + [0.6]), beside)
+    rows = claims.reinit_rows(beside, rb, "ap")
+    assert [r[0] for r in rows] == ["A", "B", "**macro, 2 parts of speech**"]
+    assert rows[0] == ["A", "0.600 (0.600–0.600)", "0.400 (0.400–0.400)", "0.300 (0.300–0.300)"]
+    assert rows[1][2] == "0.510 (0.500–0.600)" and rows[2][1] == "0.550 (0.550–0.550)"
+    assert claims.reinit_rows(beside, rb, "auroc")[0][1:] == ["0.900 (0.900–0.900)", "0.700 (0.700–0.700)",
+                                                              "0.600 (0.600–0.600)"]
+
+
 def test_the_reinit_check_reads_the_splits_labels_and_layer():
     res = _result([0.8] * 8, [], layer=16)
     mine = _reinit([0.4] * 10, [0.5] * 10, split_test=np.asarray(res["split_test"]))

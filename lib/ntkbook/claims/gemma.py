@@ -42,7 +42,7 @@ __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_A
            "archived", "first_data", "probe_sweep", "first_sweep", "depth_rows", "depth_reading", "PINNED_RATIO", "ritz_convergence",
            "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard",
            "KERNEL_INPUT_NAMES", "kernel_inputs_check", "kernel_inputs_beside", "kernel_inputs_reading",
-           "REINIT_NAMES", "reinit_check", "reinit_trained", "reinit_beside", "reinit_reading",
+           "REINIT_NAMES", "reinit_check", "reinit_trained", "reinit_beside", "reinit_reading", "reinit_rows",
            "controls_sweep", "depth_floor", "depth_floor_reading",
            "BOOT_LEVEL", "BOOT_N", "story_bootstrap", "story_bootstrap_reading", "story_bootstrap_table"]
 
@@ -1157,6 +1157,27 @@ def reinit_beside(reinit: Result, beside: Mapping) -> dict:
         out[fam] = {"rows": rows, "tasks": tasks,
                     "macro": {method: {m: _spread(np.mean([rows[t][method][m]["splits"] for t in tasks], axis=0))
                                        if tasks else None for m in ("ap", "auroc")} for method in REINIT_NAMES}}
+    return out
+
+
+def reinit_rows(beside: Mapping, rb: Mapping, metric: str = "ap") -> list[list[str]]:
+    """The rows of the chapter's table for ``metric`` (``"ap"`` or ``"auroc"``): per task of the
+    macro rows, then the family's macro (bold), the trained eNTK, the random-weight eNTK and the
+    random-weight PCA, each ``"mean (lowest–highest split)"`` (``"n/a"`` where missing).
+    ``beside``: :func:`beside_author` of the trained entry; ``rb``: :func:`reinit_beside`."""
+    def cell(o) -> str:
+        return "n/a" if o is None else f"{o['mean']:.3f} ({o['lo']:.3f}–{o['hi']:.3f})"
+
+    out = []
+    for fam in FAMILIES:
+        ours = {r["task"]: r["ours"] for r in beside[fam]["rows"] if r["ours"] is not None}
+        for t in rb[fam]["tasks"]:
+            out.append([t, cell(ours[t][f"entk_{metric}"])] +
+                       [cell(rb[fam]["rows"][t][m][metric]) for m in REINIT_NAMES])
+        if rb[fam]["tasks"]:
+            out.append([f"**macro, {len(rb[fam]['tasks'])} {FAMILIES[fam]}**",
+                        cell(beside[fam]["macro"]["ours"][f"entk_{metric}"])] +
+                       [cell(rb[fam]["macro"][m][metric]) for m in REINIT_NAMES])
     return out
 
 
