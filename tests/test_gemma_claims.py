@@ -76,6 +76,12 @@ def _result(pos_shares, morph_shares, layer: int = 16, n_per_class: int = 12) ->
                                                "top_share": 0.1} for f in morph]})
 
 
+def test_a_family_without_tasks_says_so_in_words():
+    rows = {r["claim"]: r for r in claims.scorecard({"gemma_probe": _result([0.8] * 8, [])})}
+    assert rows["B.gemma.morph_vs_pca"]["ours"] == "no morphological task"
+    assert rows["B.gemma.morph_vs_pca"]["verdict"] == "does not"
+
+
 def test_a_win_counts_at_80_percent_of_the_splits_not_at_60():
     assert claims.WIN_SHARE == 0.8
     at80, at60 = _split_row("DET", 0.8), _split_row("NOUN", 0.6)

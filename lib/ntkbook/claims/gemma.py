@@ -55,6 +55,8 @@ MAIN_LAYER = 16
 WIN_SHARE = ROBUST_WIN_SHARE
 #: the task families: what the chapter and the scorecard call them
 FAMILIES = {"pos": "parts of speech", "morph": "morphological features"}
+#: a task of each family, as an adjective ("no part-of-speech task")
+TASK_KIND = {"pos": "part-of-speech", "morph": "morphological"}
 #: Gemma-3-270M's layers, all of which the depth sweep covers once stored
 N_LAYERS = 18
 
@@ -652,7 +654,7 @@ def _family_row(result: Result, family: str, claim: str, need: str) -> dict:
             f"at least {WIN_SHARE:.0%} of the splits")
     over = p.get(f"{family}_splits", [])
     if not over:
-        return {"claim": claim, "ours": f"no {FAMILIES[family][:-1]} task", "verdict": DOES_NOT,
+        return {"claim": claim, "ours": f"no {TASK_KIND[family]} task", "verdict": DOES_NOT,
                 "note": f"no {family} task passed the filters and the splits ({scale})"}
     n = len(over)
     wins, wins_auroc = robust_wins(over), robust_wins(over, "auroc")
