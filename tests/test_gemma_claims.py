@@ -613,6 +613,25 @@ def test_the_reinit_table_rows_are_per_task_then_the_macro():
                                                               "0.600 (0.600–0.600)"]
 
 
+def test_the_reinit_spectrum_says_flat_and_counts_pinned_modes():
+    def entry(lam, res):
+        key = lambda n: gemma_probe.point_key(16, "down_proj", n)  # noqa: E731
+        return Result("gemma_reinit", {"layer": 16}, arrays={key("eigenvalues"): np.asarray(lam, float),
+                                                              key("ritz_residuals"): np.asarray(res, float)},
+                      scalars={"points": [{"layer": 16, "param_set": "down_proj"}]})
+
+    flat = entry([10.0, 9.9, 9.8, 5.0], [0.5, 0.5, 0.001, 0.2])
+    steep = entry([100.0, 10.0, 5.0, 1.0], [1e-6, 1e-6, 1e-6, 0.01])
+    spec = claims.reinit_spectrum(flat, steep)
+    assert spec["reinit"]["top_gap"] == pytest.approx(10 / 9.9) and spec["reinit"]["spread"] == pytest.approx(2.0)
+    assert spec["reinit"]["worst_residual"] == pytest.approx(0.5 / 9.9) and spec["reinit"]["k"] == 4
+    # pinned: residual / distance to the nearest other Ritz value below 0.1; the last mode never
+    assert spec["reinit"]["pinned"] == 1 and spec["trained"]["pinned"] == 3
+    text = claims.reinit_spectrum_reading(spec)
+    assert "λ₁/λ₂ = 1.01 and λ₁/λ₄ = 2.00 (trained: 10.0 and 100)" in text
+    assert "1 of its 4 Ritz vectors are pinned down (trained: 3)" in text and "mixtures" in text
+
+
 def test_the_reinit_check_reads_the_splits_labels_and_layer():
     res = _result([0.8] * 8, [], layer=16)
     mine = _reinit([0.4] * 10, [0.5] * 10, split_test=np.asarray(res["split_test"]))

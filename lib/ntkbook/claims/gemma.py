@@ -43,6 +43,7 @@ __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_A
            "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard",
            "KERNEL_INPUT_NAMES", "kernel_inputs_check", "kernel_inputs_beside", "kernel_inputs_reading",
            "REINIT_NAMES", "reinit_check", "reinit_trained", "reinit_beside", "reinit_reading", "reinit_rows",
+           "reinit_spectrum", "reinit_spectrum_reading",
            "controls_sweep", "depth_floor", "depth_floor_reading",
            "BOOT_LEVEL", "BOOT_N", "story_bootstrap", "story_bootstrap_reading", "story_bootstrap_table"]
 
@@ -1181,6 +1182,39 @@ def reinit_rows(beside: Mapping, rb: Mapping, metric: str = "ap") -> list[list[s
                         cell(beside[fam]["macro"]["ours"][f"entk_{metric}"])] +
                        [cell(rb[fam]["macro"][m][metric]) for m in REINIT_NAMES])
     return out
+
+
+def reinit_spectrum(reinit: Result, trained: Result) -> dict:
+    """The two kernels' spectra at the re-initialised entry's layer: per side (``"reinit"``,
+    ``"trained"``) ``top_gap`` λ₁/λ₂, ``spread`` λ₁/λ_k over the k computed modes, ``worst_residual``
+    the largest Ritz residual relative to its eigenvalue, and ``pinned`` the number of modes whose
+    Ritz vector is pinned down (:func:`pinned_modes`), of ``k``."""
+    layer = reinit.config["layer"]
+    out = {}
+    for side, res in (("reinit", reinit), ("trained", trained)):
+        lam = np.asarray(res[gemma_probe.point_key(layer, "down_proj", "eigenvalues")], float)
+        r = np.asarray(res[gemma_probe.point_key(layer, "down_proj", "ritz_residuals")], float)
+        out[side] = {"top_gap": float(lam[0] / lam[1]), "spread": float(lam[0] / lam[-1]),
+                     "worst_residual": float(np.max(r / lam)), "pinned": len(pinned_modes(res, layer)),
+                     "k": len(lam)}
+    return out
+
+
+def reinit_spectrum_reading(spec: Mapping) -> str:
+    """What the re-initialised kernel's spectrum is, beside the trained one's (:func:`reinit_spectrum`),
+    and what that means for its modes."""
+    r, t = spec["reinit"], spec["trained"]
+    last = str(r["k"]).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+    text = (f"The re-initialised kernel's spectrum is flat where the trained one is not: λ₁/λ₂ = "
+            f"{r['top_gap']:.2f} and λ₁/λ{last} = {r['spread']:.2f} (trained: {t['top_gap']:.1f} and "
+            f"{t['spread']:.0f}); after the same {r['k']} modes from the same number of Lanczos products, "
+            f"{r['pinned']} of its {r['k']} Ritz vectors are pinned down (trained: {t['pinned']}), and the largest "
+            f"Ritz residual is {r['worst_residual']:.1%} of its eigenvalue (trained: {t['worst_residual']:.1%}). ")
+    if r["pinned"] < r["k"]:
+        text += ("Its modes are therefore mixtures of eigenvectors with nearly equal eigenvalues, the mixture set "
+                 "by the start vector; each is still a direction of the kernel's top eigenspace, and the selection "
+                 "chooses among them as it chooses among the trained modes.")
+    return text
 
 
 def _paired_lead(a, b) -> dict:
