@@ -632,6 +632,26 @@ def test_the_reinit_spectrum_says_flat_and_counts_pinned_modes():
     assert "1 of its 4 Ritz vectors are pinned down (trained: 3)" in text and "mixtures" in text
 
 
+def test_reinit_main_is_none_without_a_stored_entry(monkeypatch):
+    res = _result([0.8] * 8, [], layer=16)
+    monkeypatch.setattr(claims, "stored", lambda name, scale="paper", **kw: None)
+    assert claims.reinit_main(res, "paper") is None
+    mine = _reinit([0.4] * 10, [0.5] * 10, split_test=np.asarray(res["split_test"]))
+    mine.scalars["labels"] = list(res["labels"])
+    asked = {}
+
+    def fake_stored(name, scale="paper", **kw):
+        asked.update(kw, name=name)
+        return mine
+    monkeypatch.setattr(claims, "stored", fake_stored)
+    assert claims.reinit_main(res, "paper") is mine
+    assert asked["name"] == "gemma_reinit" and asked["layer"] == 16
+    assert asked["n_per_class"] == res.config["n_per_class"] and asked["n_splits"] == res.config["n_splits"]
+    other = _reinit([0.4] * 10, [0.5] * 10, split_test=~np.asarray(res["split_test"]))
+    monkeypatch.setattr(claims, "stored", lambda name, scale="paper", **kw: other)
+    assert claims.reinit_main(res, "paper") is None  # other splits: not the same comparison
+
+
 def test_the_reinit_check_reads_the_splits_labels_and_layer():
     res = _result([0.8] * 8, [], layer=16)
     mine = _reinit([0.4] * 10, [0.5] * 10, split_test=np.asarray(res["split_test"]))

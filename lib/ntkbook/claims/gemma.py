@@ -43,7 +43,7 @@ __all__ = ["EXPERIMENTS", "MAIN_LAYER", "WIN_SHARE", "FAMILIES", "AUTHOR_MORPH_A
            "pinned_modes", "pos_wins_pinned", "test_side_purity", "top_contexts", "scorecard",
            "KERNEL_INPUT_NAMES", "kernel_inputs_check", "kernel_inputs_beside", "kernel_inputs_reading",
            "REINIT_NAMES", "reinit_check", "reinit_trained", "reinit_beside", "reinit_reading", "reinit_rows",
-           "reinit_spectrum", "reinit_spectrum_reading",
+           "reinit_spectrum", "reinit_spectrum_reading", "reinit_main",
            "controls_sweep", "depth_floor", "depth_floor_reading",
            "BOOT_LEVEL", "BOOT_N", "story_bootstrap", "story_bootstrap_reading", "story_bootstrap_table"]
 
@@ -1131,6 +1131,17 @@ def reinit_trained(reinit: Result, scale: str = "paper") -> Result | None:
               "folds", "split_seed", "n_splits", "min_support", "min_words", "max_top_share")
     return stored("gemma_probe", scale, **{f: c[f] for f in fields}, layers=(c["layer"],), whole_layer_at=(),
                   identity_contexts=0)
+
+
+def reinit_main(result: Result, scale: str = "paper") -> Result | None:
+    """The stored ``gemma_reinit`` entry on the contexts, splits and layer of the ``gemma_probe``
+    entry ``result`` (at the paper scale the main result, N = 1024: the preset with its
+    ``n_per_class``), or None when it is not stored or does not match (:func:`reinit_check`);
+    never computes."""
+    c = result.config
+    reinit = stored("gemma_reinit", scale, n_per_class=c["n_per_class"], data_scale=c["data_scale"],
+                    data_n_per_class=c["data_n_per_class"], layer=main_layer(result), n_splits=c["n_splits"])
+    return reinit if reinit is not None and all(reinit_check(reinit, result).values()) else None
 
 
 def reinit_check(reinit: Result, result: Result) -> dict:
