@@ -217,29 +217,23 @@ def ours_kernels(case: Case, precision: str, weights, x, route: str = "engine") 
     from ntkbook.ntk import entk, structured
 
     dtype = jnp.float64 if precision == "f64" else jnp.float32
-    if route == "structured":
-        params = {k: jnp.asarray(v, dtype=dtype) for k, v in weights.items()}
-        if case.model == "mlp":
-            k = structured.structured_entk(modular.make_apply("square"), params, jnp.asarray(x, dtype=dtype),
-                                           reduction="class_mean")
-            return {"class_mean": np.asarray(jax.block_until_ready(k))}
-        layers = modular_transformer.group_layers()
-        names = ["W_U"] if case.tensors == "W_U" else list(layers)
-        fbar = entk.mean_logit(transformer.apply)
-        return {n: np.asarray(jax.block_until_ready(
-            structured.structured_entk(fbar, params, jnp.asarray(x), param_filter=layers[n])))[:, :, 0, 0]
-            for n in names}
-    call = ours_call(case, precision)
+    call = ours_call(case, precision, route)
     if call.startswith("modular_mlp."):
         return {"class_mean": modular_mlp.class_mean_kernel(modular_mlp.Config(), weights)}
     if call.startswith("modular_transformer."):
         return modular_transformer.group_kernels(weights, P_MOD, "mean_logit")
     params = {k: jnp.asarray(v, dtype=dtype) for k, v in weights.items()}
     if case.model == "mlp":
-        k = entk.entk(modular.make_apply("square"), params, jnp.asarray(x, dtype=dtype),
-                      reduction="class_mean")
+        kernel = structured.structured_entk if route == "structured" else entk.entk
+        k = kernel(modular.make_apply("square"), params, jnp.asarray(x, dtype=dtype), reduction="class_mean")
         return {"class_mean": np.asarray(jax.block_until_ready(k))}
     layers = modular_transformer.group_layers()
+    if route == "structured":
+        names = ["W_U"] if case.tensors == "W_U" else list(layers)
+        fbar = entk.mean_logit(transformer.apply)
+        return {n: np.asarray(jax.block_until_ready(
+            structured.structured_entk(fbar, params, jnp.asarray(x), param_filter=layers[n])))[:, :, 0, 0]
+            for n in names}
     xt = jnp.asarray(x)
     if case.tensors == "W_U":
         k = entk.entk_mean_logit(transformer.apply, params, xt, param_filter=layers["W_U"])
