@@ -33,6 +33,7 @@ of :meth:`Library.of`. ``tools/mutations.py`` (C1 to C16) checks that these test
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import subprocess
@@ -722,3 +723,35 @@ def test_legacy_hash_leaves_out_other_modules(lib_copy):
     _apply(root, ("gemma/operator.py", None, "\n# a comment\n"))  # not imported by modular_mlp
     _apply(root, ("progress.py", None, "\n# a comment\n"))  # not code
     assert legacy_code_hash(name, root) == before
+
+
+def test_the_hashes_are_kept_on_disk_for_the_next_process(lib_copy, monkeypatch):
+    """A second process (here: the in-memory cache emptied) takes the hashes of the same sources
+    from disk, equal to a fresh parse; an edit of the sources gives another file, so a hash written
+    for other sources is never read."""
+    from ntkbook import codehash
+
+    monkeypatch.setenv("NTKBOOK_SCRATCH", str(lib_copy / "scratch"))
+    name = "ntkbook.experiments.modular_mlp"
+    first = code_hash(name, Library.of(lib_copy))
+    files = sorted((lib_copy / "scratch" / "codehash").glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text()) == {name: first}
+    monkeypatch.setattr(codehash, "_LIBRARIES", {})
+    again = Library.of(lib_copy)
+    assert again._hashes == {name: first}  # read from disk, not parsed
+    assert code_hash(name, Library(lib_copy)) == first  # and equal to a fresh parse
+    # a poisoned value under the old digest is not read once the sources change
+    files[0].write_text(json.dumps({name: "0" * 16}))
+    _apply(lib_copy, ("ntk/entk.py", "SLAB_BYTES = 64 << 20", "SLAB_BYTES = 32 << 20"))
+    edited = code_hash(name, Library.of(lib_copy))
+    assert edited not in (first, "0" * 16)
+    assert edited == code_hash(name, Library(lib_copy))
+    assert len(list((lib_copy / "scratch" / "codehash").glob("*.json"))) == 2
+
+
+def test_an_unwritable_hash_cache_is_no_error(lib_copy, monkeypatch, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("NTKBOOK_SCRATCH", str(blocker))  # codehash/ cannot be made below a file
+    name = "ntkbook.experiments.modular_mlp"
+    assert code_hash(name, Library.of(lib_copy)) == code_hash(name, Library(lib_copy))

@@ -82,10 +82,20 @@ def test_lock_agrees_with_the_pins():
 
 
 def test_make_setup_installs_the_lock_with_hashes():
+    """`make setup` installs its installer, uv, from a hashed pin (the `lock` extra's version), then
+    the lock with hashes required, then this package without its dependencies."""
     make = (REPO / "Makefile").read_text()
-    assert "pip install --quiet --require-hashes --no-deps -r $(LOCK)" in make
+    assert "$(PY) -m pip install --quiet --require-hashes --no-deps -r $(UV_LOCK)" in make
+    assert ("$(VENV)/bin/uv pip install --python $(PY) --quiet --compile-bytecode --require-hashes --no-deps "
+            "-r $(LOCK)") in make
     assert "pip install --quiet --no-deps --no-build-isolation -e ." in make
-    assert "$(VENV)/.installed: pyproject.toml $(LOCK)" in make
+    assert "$(VENV)/.installed: pyproject.toml $(LOCK) $(UV_LOCK)" in make
+    assert "UV_LOCK := requirements/uv.txt" in make
+    text = (REPO / "requirements" / "uv.txt").read_text()
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) \\$", text, re.M)
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["lock"]
+    assert [f"{n}=={v}" for n, v in pins] == extra == [e for e in extra if e.startswith("uv==")]
+    assert len(re.findall(r"--hash=sha256:[0-9a-f]{64}", text)) >= 4  # a wheel per platform at least
 
 
 # The four platforms the universal lock is for (README, Quick start), as the environment markers of

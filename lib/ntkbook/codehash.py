@@ -35,12 +35,15 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import json
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
     "SCHEME", "NOT_CODE", "ROOTS", "module_file", "imported_modules", "reachable_modules",
-    "Library", "normalise", "reached", "code_hash", "legacy_code_hash",
+    "Library", "hash_cache_file", "normalise", "reached", "code_hash", "legacy_code_hash",
 ]
 
 _LIB = Path(__file__).resolve().parents[1]
@@ -145,6 +148,39 @@ def legacy_code_hash(name: str, lib: Path = _LIB) -> str:
 _LIBRARIES: dict[Path, tuple[str, "Library"]] = {}
 
 
+def hash_cache_file(lib: Path, stamp: str) -> Path:
+    """The file that keeps the hashes of the sources below ``lib`` whose digest is ``stamp``:
+    ``$NTKBOOK_SCRATCH/codehash/`` (default ``<lib>/../.cache/store/codehash/``), one JSON file per
+    digest and Python version (the syntax tree, and so :func:`normalise`, can differ between
+    Python versions). The digest covers every source file, this module included, so a file is
+    only ever read for exactly the sources (and hashing code) that wrote it."""
+    folder = Path(os.environ.get("NTKBOOK_SCRATCH") or Path(lib).parent / ".cache" / "store") / "codehash"
+    return folder / f"{SCHEME}-py{sys.version_info[0]}.{sys.version_info[1]}-{stamp[:32]}.json"
+
+
+def _read_hashes(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):  # not written yet, or unreadable: computed again
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str) and len(v) == 16}
+
+
+def _write_hashes(path: Path, hashes: dict[str, str]) -> None:
+    """Merge ``hashes`` into ``path`` atomically. A folder that cannot be written is left alone:
+    the next process then computes the hashes again."""
+    try:
+        merged = {**_read_hashes(path), **hashes}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(merged, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 # -- a module's top-level names -----------------------------------------------------------------
 #: what a name resolves to: ("module", "ntkbook.ntk.entk") or ("def", "ntkbook.ntk.entk", "entk")
 Target = tuple
@@ -197,11 +233,14 @@ class Library:
         self._uses: dict[str, tuple] = {}
         self._normal: dict[str, str] = {}
         self._hashes: dict[str, str] = {}
+        self._disk: Path | None = None  # where :meth:`of` keeps the hashes of these sources
 
     @classmethod
     def of(cls, lib: Path = _LIB) -> "Library":
         """The library below ``lib`` as its sources are now: parsed once, and again only when a
-        source file changes (its bytes are compared, not its time stamp)."""
+        source file changes (its bytes are compared, not its time stamp). Its hashes are kept on
+        disk under the sources' digest (:func:`hash_cache_file`), so another process reading the
+        same sources takes them from there instead of parsing the library again."""
         root = Path(lib).resolve()
         digest = hashlib.sha256()
         for path in sorted((root / "ntkbook").rglob("*.py")):
@@ -209,7 +248,10 @@ class Library:
         stamp = digest.hexdigest()
         cached = _LIBRARIES.get(root)
         if cached is None or cached[0] != stamp:
-            cached = _LIBRARIES[root] = (stamp, cls(root))
+            library = cls(root)
+            library._disk = hash_cache_file(root, stamp)
+            library._hashes.update(_read_hashes(library._disk))
+            cached = _LIBRARIES[root] = (stamp, library)
         return cached[1]
 
     def uses(self, key: str, stmts: list[ast.stmt], module: str):
@@ -744,4 +786,6 @@ def code_hash(name: str, lib: Path | Library = _LIB) -> str:
             text = library.normalised(key, stmts, key.partition(":")[0])
             digest.update(key.encode() + b"\0" + text.encode() + b"\0")
         library._hashes[name] = digest.hexdigest()[:16]
+        if library._disk is not None:
+            _write_hashes(library._disk, {name: library._hashes[name]})
     return library._hashes[name]
