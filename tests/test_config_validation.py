@@ -121,6 +121,17 @@ BAD = {
         "max_top_share": [0.0, 1.5],
         "batch": [0],
     },
+    "gemma_bootstrap": {
+        "n_per_class": [0, 5],
+        "data_scale": ["big"],
+        "data_n_per_class": [0],
+        "layers": [(-1,)],
+        "whole_layer_at": [(-2,)],
+        "identity_contexts": [-1],
+        "layer": [-1, 5],
+        "n_boot": [1],
+        "seed": [-1],
+    },
     "gemma_reinit": {
         "n_per_class": [0, 5],
         "data_scale": ["big"],

@@ -46,8 +46,8 @@ def test_a_row_for_every_page_of_the_toc_with_the_recorded_times(rows):
 def test_the_experiments_a_page_reads_come_from_its_source():
     # loaded by name (load_or_run, or claims.stored: gemma_reinit), and the input its experiments load
     # (gemma_probe, gemma_controls, gemma_kernel_inputs and gemma_reinit read gemma_pos_windows)
-    assert status.chapter_experiments("gemma", REPO) == ("gemma_controls", "gemma_kernel_inputs", "gemma_pos_windows",
-                                                         "gemma_probe", "gemma_reinit")
+    assert status.chapter_experiments("gemma", REPO) == ("gemma_bootstrap", "gemma_controls", "gemma_kernel_inputs",
+                                                         "gemma_pos_windows", "gemma_probe", "gemma_reinit")
     assert status.chapter_experiments("book/modular_mlp.md", REPO) == ("modular_mlp",)
     # a claims module imported: its EXPERIMENTS (the Lanczos cross-checks of the other operators)
     assert {"lanczos_ghosts", "modular_transformer"} <= set(status.chapter_experiments("entk_lanczos", REPO))

@@ -23,6 +23,7 @@ from the stored paper-preset result; every other function here is a pure reading
 
 from __future__ import annotations
 
+import json
 from typing import Mapping
 
 import numpy as np
@@ -502,13 +503,12 @@ def _task_masks(result: Result, family: str, names) -> dict[str, np.ndarray]:
     """Task name -> (N,) bool for the named tasks of ``family``: a part of speech from the stored
     labels, a "Feature=Value" from the stored morphology strings of the contexts (as
     :func:`ntkbook.gemma.probe.morph_tasks` reads them)."""
+    from ntkbook.gemma import bootstrap  # noqa: PLC0415
+
     if not names:
         return {}
-    if family == "pos":
-        tasks = _pos_tasks(result)
-        return {t: tasks[t] for t in names}
-    morph = result["morph"]
-    return {t: np.array([t in (m or "").split("|") for m in morph]) for t in names}
+    morph = result["morph"] if family == "morph" else ()  # a part of speech reads the labels only
+    return bootstrap.task_masks(family, names, np.asarray(result["labels"]), result["classes"], morph)
 
 
 @_memo
@@ -1365,12 +1365,10 @@ def _boot_interval(values: np.ndarray, level: float) -> Interval:
     return Interval(float(v.mean()), float(lo), float(hi), int(v.size))
 
 
-@_memo
-def _story_bootstrap(result: Result, family: str, n_boot: int, seed: int, layer: int | None, level: float) -> dict:
-    import warnings  # noqa: PLC0415
-
+def _story_bootstrap(result: Result, family: str, n_boot: int, seed: int, layer: int | None, level: float,
+                     stored: Result | None = None) -> dict:
     from ntkbook.errors import InputError  # noqa: PLC0415
-    from ntkbook.gemma import probe  # noqa: PLC0415
+    from ntkbook.gemma import bootstrap  # noqa: PLC0415
 
     if family not in FAMILIES:
         raise InputError(f"family must be one of {list(FAMILIES)}, got {family!r}")
@@ -1380,42 +1378,24 @@ def _story_bootstrap(result: Result, family: str, n_boot: int, seed: int, layer:
     point = gemma_probe.point(result, layer)
     split_rows = point.get(f"{family}_splits", [])
     tasks = [r["task"] for r in split_rows]
-    masks = _task_masks(result, family, tasks)
-    sets = {m: np.asarray(result[gemma_probe.point_key(layer, "down_proj", f"{m}_scores")]) for m in ("entk", "pca")}
-    labels, story = np.asarray(result["labels"]), np.asarray(result["story"])
-    names, of_story = np.unique(story, return_inverse=True)
-    members = [np.flatnonzero(of_story == s) for s in range(len(names))]
-    folds = result.config.get("folds", 2)
-    rng = np.random.default_rng(seed)
-    shape = (n_boot, len(tasks))
-    got = {f"{m}_{metric}": np.full(shape, np.nan) for m in sets for metric in ("ap", "auroc")}
-    unsplit = 0
-    for b in range(n_boot):
-        drawn = rng.integers(len(names), size=len(names))
-        split_seed = int(rng.integers(2 ** 31 - 1))
-        idx = np.concatenate([members[s] for s in drawn])
-        try:
-            with warnings.catch_warnings():  # few members of a class in a small resample: StratifiedGroupKFold warns
-                warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
-                (train, test), = probe.story_splits(labels[idx], story[idx], 1, folds=folds, seed=split_seed)
-        except InputError:  # fewer distinct stories than folds: nothing to split
-            unsplit += 1
-            continue
-        sub = {m: s[:, idx] for m, s in sets.items()}
-        for ti, t in enumerate(tasks):
-            y = masks[t][idx]
-            try:
-                per = {m: probe.evaluate_task(s, y, train, test) for m, s in sub.items()}
-            except InputError:  # one class only on a side of this resample's split: skipped for this task
-                continue
-            for m, r in per.items():
-                got[f"{m}_ap"][b, ti], got[f"{m}_auroc"][b, ti] = r["ap"], r["auroc"]
+    story = np.asarray(result["story"])
+    if stored is not None:  # the draws of a stored gemma_bootstrap entry of this very result
+        _check_stored_bootstrap(stored, result, family, tasks, n_boot, seed, layer)
+        got = {f"{m}_{metric}": np.asarray(stored[bootstrap.draw_key(family, m, metric)], float)
+               for m in bootstrap.METHODS for metric in bootstrap.METRICS}
+        unsplit = int(stored["unsplit"][family])
+    else:
+        masks = _task_masks(result, family, tasks)
+        sets = {m: np.asarray(result[gemma_probe.point_key(layer, "down_proj", f"{m}_scores")])
+                for m in bootstrap.METHODS}
+        got, unsplit = bootstrap.resample(sets, masks, np.asarray(result["labels"]), story,
+                                          folds=result.config.get("folds", 2), n_boot=n_boot, seed=seed)
     evaluated = ~np.isnan(got["entk_ap"])  # (n_boot, tasks)
     skipped = {t: int(n_boot - evaluated[:, ti].sum()) for ti, t in enumerate(tasks)}
     common = [ti for ti, t in enumerate(tasks) if skipped[t] == 0]
-    out: dict = {"family": family, "layer": layer, "N": int(result["N"]), "stories": len(names), "n_boot": n_boot,
-                 "seed": seed, "level": level, "tasks": tasks, "macro_tasks": [tasks[ti] for ti in common],
-                 "skipped": skipped, "unsplit": unsplit, "draws": got,
+    out: dict = {"family": family, "layer": layer, "N": int(result["N"]), "stories": len(np.unique(story)),
+                 "n_boot": n_boot, "seed": seed, "level": level, "tasks": tasks,
+                 "macro_tasks": [tasks[ti] for ti in common], "skipped": skipped, "unsplit": unsplit, "draws": got,
                  "split_wins": {m: robust_wins(split_rows, m) for m in ("ap", "auroc")},
                  "split_macro": {m: macro_difference(split_rows, m) if split_rows else None for m in ("ap", "auroc")},
                  "n_splits": len(split_rows[0]["ap_diff"]) if split_rows else 0, "macro": {}, "per_task": {}}
@@ -1435,8 +1415,31 @@ def _story_bootstrap(result: Result, family: str, n_boot: int, seed: int, layer:
     return out
 
 
+@_memo
+def _story_bootstrap_memo(result: Result, family: str, n_boot: int, seed: int, layer: int | None,
+                          level: float) -> dict:
+    return _story_bootstrap(result, family, n_boot, seed, layer, level)
+
+
+def _check_stored_bootstrap(stored: Result, result: Result, family: str, tasks: list, n_boot: int, seed: int,
+                            layer: int) -> None:
+    """Refuse a ``gemma_bootstrap`` entry that is not the resampling of ``result`` asked for."""
+    from ntkbook.errors import InputError  # noqa: PLC0415
+
+    want = {"n_boot": n_boot, "seed": seed, "layer": layer}
+    have = {k: stored.config.get(k) for k in want}
+    problems = [f"{k} {have[k]} (asked: {v})" for k, v in want.items() if have[k] != v]
+    if json.dumps(stored["probe_config"], sort_keys=True) != json.dumps(dict(result.config), sort_keys=True):
+        problems.append("another gemma_probe entry (its probe_config differs from this result's config)")
+    if list(stored["tasks"][family]) != tasks:
+        problems.append(f"other {family} tasks {list(stored['tasks'][family])} (this result's: {tasks})")
+    if problems:
+        raise InputError(f"the stored gemma_bootstrap entry does not resample this result: {'; '.join(problems)}. "
+                         "Pass the entry whose config matches, or none to compute the bootstrap here.")
+
+
 def story_bootstrap(result: Result, family: str = "pos", n_boot: int = BOOT_N, seed: int = 0,
-                    layer: int | None = None, level: float = BOOT_LEVEL) -> dict:
+                    layer: int | None = None, level: float = BOOT_LEVEL, stored: Result | None = None) -> dict:
     """Error bars over the data: a cluster bootstrap over the stories of a ``gemma_probe`` result,
     with the eNTK modes and the principal components **held fixed** (a Lanczos run per resample is
     15–40 min of CPU), so the interval is narrower than that of a full re-run on fresh stories.
@@ -1476,8 +1479,14 @@ def story_bootstrap(result: Result, family: str = "pos", n_boot: int = BOOT_N, s
     share of resamples with the eNTK's macro strictly ahead); None without a task in every resample),
     ``per_task`` (task -> metric -> ``diff`` interval, ``share_ahead``, ``n`` resamples evaluated; None
     under two), and beside them the split-based reading of the stored entry: ``split_wins`` (metric ->
-    :func:`robust_wins`), ``split_macro`` (metric -> :func:`macro_difference`) and ``n_splits``."""
-    return _story_bootstrap(result, family, int(n_boot), int(seed), layer, float(level))
+    :func:`robust_wins`), ``split_macro`` (metric -> :func:`macro_difference`) and ``n_splits``.
+
+    ``stored``: the ``gemma_bootstrap`` entry of this result (same ``n_boot``, ``seed``, ``layer``),
+    whose stored draws (:func:`ntkbook.gemma.bootstrap.resample`, the loop above) are read instead of
+    resampled here; an entry of another result or other settings is refused."""
+    if stored is not None:  # the draws were computed by the gemma_bootstrap experiment: no memo needed
+        return _story_bootstrap(result, family, int(n_boot), int(seed), layer, float(level), stored)
+    return _story_bootstrap_memo(result, family, int(n_boot), int(seed), layer, float(level))
 
 
 def story_bootstrap_reading(boot: Mapping) -> str:
@@ -1534,16 +1543,19 @@ def story_bootstrap_reading(boot: Mapping) -> str:
     return text
 
 
-def story_bootstrap_table(entries: Mapping[str, Result], n_boot: int = BOOT_N, seed: int = 0) -> list[dict]:
+def story_bootstrap_table(entries: Mapping[str, Result], n_boot: int = BOOT_N, seed: int = 0,
+                          stored: Mapping[str, Result] | None = None) -> list[dict]:
     """One row per (entry, family) for the chapter: ``entry`` (the label given), ``family``, ``N``,
     ``stories``, ``tasks`` (in the macro), ``ap``/``auroc`` (the macro difference's
     :class:`~ntkbook.claims.intervals.Interval`, None without a macro), ``ap_share``/``auroc_share``
     (resamples with the eNTK ahead), ``split_ap`` (the stored splits' macro AP difference: mean, sd,
-    share ahead) and ``boot`` (:func:`story_bootstrap` at ``n_boot``, ``seed``)."""
+    share ahead) and ``boot`` (:func:`story_bootstrap` at ``n_boot``, ``seed``; from the
+    ``gemma_bootstrap`` entry ``stored[label]`` where one is given)."""
     rows = []
+    stored = stored or {}
     for label, result in entries.items():
         for fam in FAMILIES:
-            boot = story_bootstrap(result, fam, n_boot, seed)
+            boot = story_bootstrap(result, fam, n_boot, seed, stored=stored.get(label))
             mac = boot["macro"]
             rows.append({"entry": label, "family": fam, "N": boot["N"], "stories": boot["stories"],
                          "tasks": len(boot["macro_tasks"]),
