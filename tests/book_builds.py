@@ -32,8 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 ROOT = REPO / "_build" / "ci"
 #: where the smoke build writes the book (tests/test_book.py reads its pages)
 SMOKE_OUT = REPO / "_build" / "smoke"
-#: build name -> the test file that reads it
-READERS = {"smoke": "tests/test_book.py", "paper": "tests/test_paper_build.py", "pdf": "tests/test_pdf.py"}
+#: build name -> the test files that read it (the smoke book's pages at two widths: two files, so
+#: that two workers check them at once when the build is done)
+READERS = {"smoke": ("tests/test_book.py", "tests/test_book_phone.py"), "paper": ("tests/test_paper_build.py",),
+           "pdf": ("tests/test_pdf.py",)}
 #: builds that render what another build executed: name -> the build they wait for
 NEEDS = {"pdf": "smoke"}
 #: how often a waiting test looks for the result (seconds)

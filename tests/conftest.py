@@ -50,7 +50,7 @@ _STARTED: dict = {}
 
 def _reads_build(nodeid: str) -> str | None:
     path = nodeid.split("::", 1)[0]
-    return next((name for name, reader in book_builds.READERS.items() if path == reader), None)
+    return next((name for name, readers in book_builds.READERS.items() if path in readers), None)
 
 
 def pytest_addoption(parser):

@@ -72,10 +72,8 @@ def _chromium() -> str:
     return path
 
 
-@pytest.mark.parametrize("width", htmlcheck.WIDTHS)
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_page_in_browser(smoke_build, chapter, width):
-    """At a laptop's and a phone's width: figures load, numbered, captioned, with alt text; math
+def check_page(smoke_build, chapter: str, width: int) -> None:
+    """At ``width`` CSS px: figures load, numbered, captioned, with alt text; math
     renders and fits; tables fit or scroll in their own box; no error output or text leftovers."""
     chromium = _chromium()
     assert smoke_build["code"] == 0, "the book did not build"
@@ -91,6 +89,18 @@ def test_page_in_browser(smoke_build, chapter, width):
             assert kind in report.previews_checked, f"{page}: no {{{kind}}} reference's preview was checked"
     if "$$" in source or "$" in source:
         assert report.math > 0 and report.math_rendered == report.math
+
+
+def test_the_two_widths_are_the_two_page_checks():
+    """A width added to ``htmlcheck.WIDTHS`` needs its own test file (laptop: here; phone:
+    tests/test_book_phone.py), else it would go unchecked."""
+    assert len(htmlcheck.WIDTHS) == 2 and htmlcheck.WIDTHS[0] > htmlcheck.WIDTHS[1]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_page_in_browser_at_laptop_width(smoke_build, chapter):
+    """:func:`check_page` at a laptop's width (a phone's: tests/test_book_phone.py)."""
+    check_page(smoke_build, chapter, htmlcheck.WIDTHS[0])
 
 
 def test_browser_check_catches_broken_figure(tmp_path):
