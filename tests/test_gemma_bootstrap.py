@@ -1,5 +1,6 @@
 """The stored bootstrap over stories (gemma_bootstrap): its presets resample the chapter's gemma_probe
-entries; the claims read from its stored draws exactly what they compute on the spot; an entry of
+entries; the claims read from its stored draws exactly what they compute on the spot (on a synthetic
+entry: the real smoke preset runs in the smoke book, whose Gemma chapter reads it); an entry of
 another result or other settings is refused; bad configs are refused naming the field."""
 
 from __future__ import annotations
@@ -35,8 +36,21 @@ def test_the_presets_resample_the_chapters_probe_entries():
 
 @pytest.fixture(scope="module")
 def smoke():
-    probe = experiments.load_or_run("gemma_probe", "smoke")
-    return probe, experiments.load_or_run("gemma_bootstrap", "smoke")
+    """A synthetic ``gemma_probe`` entry (test_gemma_claims' stories: eNTK modes that carry the
+    classes, PCA noise, a morphological feature in two stories) and ``gemma_bootstrap.run`` of it:
+    no Gemma forward pass here (the smoke book runs the real smoke preset)."""
+    from test_gemma_claims import _story_result
+
+    probe = _story_result(3.0)
+    probe.config.setdefault("folds", 2)
+    config = dataclasses.replace(gb.Config.smoke(), n_boot=30)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(experiments, "load_or_run", lambda name, scale, **over: probe if name == "gemma_probe" else None)
+    try:
+        boot = gb.run(config)
+    finally:
+        mp.undo()
+    return probe, boot
 
 
 def test_stored_draws_give_what_resampling_on_the_spot_gives(smoke):
@@ -52,13 +66,14 @@ def test_stored_draws_give_what_resampling_on_the_spot_gives(smoke):
             stored = np.asarray(boot[bootstrap.draw_key(fam, method, metric)])
             assert stored.shape == (n, len(here["tasks"]))
             np.testing.assert_array_equal(values, stored)  # NaN where skipped, in the same places
+            assert np.isfinite(stored).any(), f"{fam} {key}: nothing evaluated, the comparison would be empty"
         assert claims.story_bootstrap_reading(here) == claims.story_bootstrap_reading(read)
         assert here["unsplit"] == read["unsplit"] == boot["unsplit"][fam]
 
 
 def test_an_entry_of_other_settings_or_another_result_is_refused(smoke):
     probe, boot = smoke
-    with pytest.raises(InputError, match=r"n_boot 50 \(asked: 40\)"):
+    with pytest.raises(InputError, match=r"n_boot 30 \(asked: 40\)"):
         claims.story_bootstrap(probe, "pos", 40, 0, stored=boot)
     with pytest.raises(InputError, match=r"seed 0 \(asked: 1\)"):
         claims.story_bootstrap(probe, "pos", boot.config["n_boot"], 1, stored=boot)

@@ -118,6 +118,9 @@ MUTATIONS = [
     M("C16", "codehash.py", "comprehension variables taken as the enclosing function's locals",
       ("        if isinstance(node, (ast.Lambda, *_COMPREHENSIONS)):\n            continue",
        "        if isinstance(node, ast.Lambda):\n            continue"), ("tests/test_codehash.py",)),
+    M("C17", "codehash.py", "the on-disk hashes not keyed by the sources' digest (an edit reads old hashes)",
+      ('return folder / f"{SCHEME}-py{sys.version_info[0]}.{sys.version_info[1]}-{stamp[:32]}.json"',
+       'return folder / f"{SCHEME}-py{sys.version_info[0]}.{sys.version_info[1]}.json"'), ("tests/test_codehash.py",)),
     # -- eig: Lanczos and dense eigensolvers ---------------------------------------------------
     M("E1", "ntk/eig.py", "one re-orthogonalisation pass instead of two (default)",
       ("    reorthogonalize: int = 2,\n    seed: int = 0,", "    reorthogonalize: int = 1,\n    seed: int = 0,"), EIG),
