@@ -14,14 +14,18 @@ vacuous when the source changes) and compares the hash with the pristine one:
   name.
 - :data:`UNFLAGGED`: a text-only edit, so the hash must stay: docstrings, comments, formatting,
   annotations, renamed local variables, new, moved or reordered definitions, code no ``run``
-  reaches (``scorecard()``, ``ntkbook.claims``, ``plotting``, ``book``, ``progress``, a main block).
+  reaches (``scorecard()``, ``ntkbook.claims``, ``plotting``, ``book``, ``progress``, a main block),
+  and a ``Config``'s ``smoke()``/``paper()`` presets with what only they reach (scheme ``ast-2``:
+  a preset only chooses a configuration, and a stored entry keeps the one it was computed with) —
+  unless the code a ``run`` reaches reads a preset itself (``Config.paper()``, ``getattr(c,
+  "smoke")``): then an edit of the preset is flagged (synthetic experiment ``y``).
 
 Each case also names the definitions (``"module:name"`` units of :func:`reached`) that hold the
 edited code and must (``reaches``) or must not (``misses``) be reached after the edit, so a case
 says why the hash does what it does. Where the real library has no example of a form (a package
 re-export, a relative import, a chain through two modules, ``ClassVar``, ``__getattr__``, star
 imports, ``global``), :data:`SYNTHETIC` is a small package written into ``tmp_path`` that has it,
-with the experiment ``ntkbook.experiments.x`` (case experiment ``"x"``).
+with the experiments ``ntkbook.experiments.x`` and ``.y`` (case experiments ``"x"``, ``"y"``).
 
 The rest: the legacy scheme (:func:`legacy_code_hash`: the bytes of every module reached by
 imports) and the import graph (:func:`imported_modules`, also used by ``tests/test_layout.py``),
@@ -49,6 +53,7 @@ from ntkbook.codehash import (NOT_CODE, Library, code_hash, imported_modules, le
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 X = "ntkbook.experiments.x"  # the synthetic experiment
+Y = "ntkbook.experiments.y"  # the synthetic experiment whose run reads its own presets
 
 
 # -- helpers: copies, edits, hashes -------------------------------------------------------------
@@ -128,9 +133,10 @@ def case(id: str, experiment: str, *edits, reaches=(), misses=(), marks=()):
 
 def _pristine(experiment: str, tmp_path: Path) -> tuple[str, Path, str]:
     """The module name, an editable copy of the sources, and the hash before any edit."""
-    if experiment == "x":
-        before = code_hash(X, Library(_write(tmp_path / "pristine", SYNTHETIC)))
-        return X, _write(tmp_path / "edited", SYNTHETIC), before
+    if experiment in ("x", "y"):
+        name = f"ntkbook.experiments.{experiment}"
+        before = code_hash(name, Library(_write(tmp_path / "pristine", SYNTHETIC)))
+        return name, _write(tmp_path / "edited", SYNTHETIC), before
     name = f"ntkbook.experiments.{experiment}"
     return name, _copy_lib(tmp_path / "edited"), code_hash(name, LIB)  # cached by Library.of
 
@@ -207,6 +213,10 @@ SYNTHETIC = {
             return x + 4
 
 
+        def paper_size():  # only a preset reaches it
+            return 5
+
+
         def via_global(x):
             return x + 5
 
@@ -274,6 +284,21 @@ SYNTHETIC = {
             n: int = 3
             marker: ClassVar[int] = 0
 
+            @classmethod
+            def smoke(cls):
+                return cls(n=2)
+
+            @classmethod
+            def paper(cls):
+                return cls(n=v.paper_size())
+
+            @classmethod
+            def variant(cls):  # a class method that is not a preset
+                return cls(n=4)
+
+            def scaled(self):  # called by run
+                return self.n * v.SECOND
+
 
         def _local(config):
             from ntkbook.deep import deep  # a function-level import
@@ -302,7 +327,8 @@ SYNTHETIC = {
             first = [x for x in x]  # the first iterable is the global x
             return save((scaled(1.0), model.apply(2), _local(config), v.decorated(1), v.LIMIT,
                          ntkbook.sub.impl.OTHER, v.with_default(1), alpha(1), dyn_b.beta(1),
-                         star_fn(1), _shadowed(config), _global_alias(config), first))
+                         star_fn(1), _shadowed(config), _global_alias(config), first,
+                         config.scaled()))
 
 
         def scorecard(result):
@@ -312,6 +338,30 @@ SYNTHETIC = {
 
         if __name__ == "__main__":
             print(run(Config()))
+        ''',
+    "experiments/y.py": '''
+        """An experiment whose run reads its own presets: they are in its hash."""
+        import dataclasses
+
+        NAME = "y"
+
+
+        @dataclasses.dataclass(frozen=True)
+        class Config:
+            n: int = 3
+
+            @classmethod
+            def smoke(cls):
+                return cls(n=2)
+
+            @classmethod
+            def paper(cls):
+                return cls(n=8)
+
+
+        def run(config, points=None):
+            reference = getattr(Config, "paper")() if config.n < 0 else Config.smoke()
+            return config.n + reference.n
         ''',
 }
 
@@ -409,6 +459,22 @@ FLAGGED = [
     case("Config default", "demo_sweep",
          ("experiments/demo_sweep.py", "    repeats: int = 200  #", "    repeats: int = 201  #"),
          reaches=["ntkbook.experiments.demo_sweep:Config"]),
+    # synthetic: run reads Config.smoke() and getattr(Config, "paper"): the presets are in the hash
+    case("smoke preset read by run (synthetic)", "y",
+         ("experiments/y.py", "return cls(n=2)", "return cls(n=1)"), reaches=[Y + ":Config"]),
+    case("paper preset read by getattr in run (synthetic)", "y",
+         ("experiments/y.py", "return cls(n=8)", "return cls(n=9)"), reaches=[Y + ":Config"]),
+    # synthetic: a class method of the Config that is not a preset, and a method run calls
+    case("Config class method that is not a preset (synthetic)", "x",
+         ("experiments/x.py", "return cls(n=4)", "return cls(n=5)"), reaches=[X + ":Config"]),
+    case("Config method run calls (synthetic)", "x",
+         ("experiments/x.py", "return self.n * v.SECOND", "return self.n * v.SECOND + 1"),
+         reaches=[X + ":Config"]),
+    # the validation in __post_init__ is not a preset
+    case("Config validation", "demo_sweep",
+         ("validate.py", "def increasing(name: str, field: str, values: tuple, why: str = \"\") -> None:\n",
+          "def increasing(name: str, field: str, values: tuple, why: str = \"\") -> None:\n    values = tuple(values)[:-1] or values\n"),
+         reaches=["ntkbook.validate:increasing"]),
     # annotations are dropped, but ClassVar decides that ``marker`` is not a dataclass field
     case("ClassVar made a field", "x",
          ("experiments/x.py", "marker: ClassVar[int] = 0", "marker: int = 0"),
@@ -529,6 +595,20 @@ UNFLAGGED = [
     # synthetic: a dataclass field's type (it stays a field)
     case("field annotation (not ClassVar)", "x",
          ("experiments/x.py", "    n: int = 3\n", "    n: float = 3\n"), reaches=[X + ":Config"]),
+    # the presets choose a configuration; a stored entry keeps the one it was computed with
+    case("smoke preset", "demo_sweep",
+         ("experiments/demo_sweep.py", "return cls(sample_sizes=(16, 64, 256, 1024), repeats=100)",
+          "return cls(sample_sizes=(16, 64), repeats=10)"),
+         reaches=["ntkbook.experiments.demo_sweep:Config"]),
+    case("paper preset", "influence_map",
+         ("experiments/influence_map.py", "    def paper(cls) -> \"Config\":\n        return cls()\n",
+          "    def paper(cls) -> \"Config\":\n        return cls(n_train=41)\n"),
+         reaches=["ntkbook.experiments.influence_map:Config"]),
+    # synthetic: helpers.paper_size is reached only by Config.paper()
+    case("what only a preset reaches (synthetic)", "x",
+         ("helpers.py", "def paper_size():  # only a preset reaches it\n    return 5",
+          "def paper_size():  # only a preset reaches it\n    return 6"),
+         reaches=[X + ":Config"], misses=["ntkbook.helpers:paper_size"]),
     # a function nothing calls, appended to validate.py
     case("new helper in a reached module", "demo_sweep",
          ("validate.py", None, "\n\ndef brand_new(values):\n    return sorted(values)\n"),
@@ -623,8 +703,15 @@ def test_the_synthetic_experiment_runs(tmp_path):
                 1 + 1, 1 + 2, 1 + 3,  # made by dyn_a's and dyn_b's __getattr__, star_fn(1)
                 (2, [0, 1, 4], 1 + 4),  # _shadowed: the lambda's v is the alias
                 (1 + 5) + 3,  # _global_alias: read()'s v is the alias, the other v the local
-                [1, 2])  # [x for x in x]: the global x
+                [1, 2],  # [x for x in x]: the global x
+                3 * 2)  # Config().scaled()
     assert out.strip() == str(expected)
+    # x's presets (its run reads neither), and y's run, which reads both
+    code = ("from ntkbook.experiments import x, y; print(x.Config.smoke().n, x.Config.paper().n, "
+            "y.run(y.Config()), y.run(y.Config(n=-1)))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)},
+                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert out.split() == ["2", "5", str(3 + 2), str(-1 + 8)]
 
 
 def test_text_only_packages_are_outside_every_hash(lib_copy):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ntkbook import experiments, freshness
 from ntkbook import store as store_mod
-from ntkbook.codehash import SCHEME, code_hash, legacy_code_hash
+from ntkbook.codehash import SCHEME, Library, code_hash, legacy_code_hash
 from ntkbook.experiments import demo_sweep
 from ntkbook.store import Store
 
@@ -136,3 +136,76 @@ def test_a_rekeyed_reverification_keeps_its_sample_date_and_environment():
     result.rekeyed = [dict(rekeyed[0], code_sha256="2" * 16)]
     assert not freshness.freshness(result, env=env).today
 
+
+
+# -- ast-1 (presets hashed) to ast-2 (presets left out) ------------------------------------------
+def _ast1_entry(tmp_path: Path, monkeypatch, lib_then: Path) -> Store:
+    """demo_sweep's smoke result as scheme ``ast-1`` stored it: that scheme's hash of ``lib_then``
+    (presets included), and commit :data:`COMMIT` (clean)."""
+    store = Store(tmp_path / "results")
+    real = store_mod.provenance
+    with monkeypatch.context() as m:
+        m.setattr(store_mod, "provenance",
+                  lambda: {**real(), "git_commit": COMMIT, "git_dirty": False})
+        m.setattr(experiments, "code_hash",
+                  lambda name: code_hash(name, Library(lib_then), scheme="ast-1"))
+        m.setattr(experiments, "SCHEME", "ast-1")
+        experiments.run_and_save("demo_sweep", demo_sweep.Config.smoke(), store)
+    return store
+
+
+SMOKE_EDIT = ("return cls(sample_sizes=(16, 64, 256, 1024), repeats=100)",
+              "return cls(sample_sizes=(16, 64, 256, 1024), repeats=99)")
+
+
+def test_an_ast1_entry_whose_commit_differs_only_in_a_preset_is_today_after(tmp_path, monkeypatch):
+    """The commit's smoke preset differs from today's: its ``ast-1`` hash is not today's, but its
+    ``ast-2`` hash is, so after re-keying the entry is today's, with its own date."""
+    then = _lib_copy(tmp_path, "then", SMOKE_EDIT)
+    store = _ast1_entry(tmp_path, monkeypatch, then)
+    stored = _load(store)
+    module = "ntkbook.experiments.demo_sweep"
+    assert stored.provenance["code_hash_scheme"] == "ast-1"
+    assert stored.provenance["code_sha256"] == code_hash(module, Library(then), scheme="ast-1")
+    assert stored.provenance["code_sha256"] != code_hash(module, scheme="ast-1")  # the preset
+    assert not freshness.freshness(stored).today
+
+    (rep,) = rekey_tool.rekey(store, {COMMIT: then}.get, report=lambda line: None)
+    assert rep.before == freshness.EARLIER and rep.after == freshness.TODAY and not rep.notes
+    (rec,) = _load(store).rekeyed
+    assert rec["scheme"] == SCHEME == "ast-2" and rec["from_scheme"] == "ast-1"
+    assert rec["code_sha256"] == code_hash(module) and rec["reverified"] is None
+    f = freshness.freshness(_load(store))
+    assert f.today and f.since == stored.provenance["date"]
+    again = rekey_tool.rekey(store, {COMMIT: then}.get, report=lambda line: None)
+    assert again[0].records == [] and len(_load(store).rekeyed) == 1
+
+
+def test_an_ast1_entry_of_other_behaviour_stays_earlier_code(tmp_path, monkeypatch):
+    then = _lib_copy(tmp_path, "then", ("z = rng.standard_normal((repeats, n))",
+                                        "z = rng.standard_normal((repeats, n)) * 1.0001"))
+    store = _ast1_entry(tmp_path, monkeypatch, then)
+    (rep,) = rekey_tool.rekey(store, {COMMIT: then}.get, report=lambda line: None)
+    assert len(rep.records) == 1 and rep.after.startswith("earlier code")
+    assert not freshness.freshness(_load(store)).today
+
+
+def test_a_legacy_entry_rekeyed_to_ast1_is_rekeyed_again_from_that_record(tmp_path, monkeypatch):
+    """An entry whose provenance holds a legacy hash of an unknown commit, vouched for by an
+    ``ast-1`` re-keying from a commit that is known (as ``tools/prove_refactor.py`` records):
+    the re-keying is re-keyed, and the entry stays today's."""
+    then = _lib_copy(tmp_path, "then", SMOKE_EDIT)
+    store = _legacy_entry(tmp_path, monkeypatch, then)
+    module = "ntkbook.experiments.demo_sweep"
+    refactor = "abc123" + "0" * 34
+    config = demo_sweep.Config.smoke()
+    store.add_rekey("demo_sweep", demo_sweep.VERSION, config, {
+        "date": "2026-12-04T00:00:00+00:00", "scheme": "ast-1", "reverified": None,
+        "code_sha256": code_hash(module, Library(then), scheme="ast-1"), "git_commit": refactor,
+        "legacy_code_sha256": _load(store).provenance["code_sha256"], "how": "a proved refactor"})
+    # the provenance's own commit is unknown here: only the re-keying can be re-keyed
+    (rep,) = rekey_tool.rekey(store, {refactor: then}.get, report=lambda line: None)
+    assert rep.after == freshness.TODAY and not rep.notes, rep.line()
+    new = [r for r in _load(store).rekeyed if r["scheme"] == SCHEME]
+    assert len(new) == 1 and new[0]["git_commit"] == refactor and new[0]["from_scheme"] == "ast-1"
+    assert new[0]["code_sha256"] == code_hash(module)

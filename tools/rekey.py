@@ -1,20 +1,27 @@
-"""Re-key stored results to the behaviour hash, without recomputing anything (a one-off step).
+"""Re-key stored results to today's hashing scheme, without recomputing anything (one step per
+change of scheme).
 
-Until December 2026 a result's ``code_sha256`` was :func:`ntkbook.codehash.legacy_code_hash`: the
-bytes of every library module its experiment reaches. The hash is now
-:func:`ntkbook.codehash.code_hash` (scheme ``ast-1``): the normalised syntax of what ``run`` and
-``Config`` reach. A stored legacy hash cannot be compared with a new one, so without this step every
-stored result would read "computed by earlier code" by the change of scheme alone.
+A stored hash can only be compared with a hash of the same scheme, so without this step every
+stored result would read "computed by earlier code" when the scheme changes, by that change alone.
+The schemes so far:
 
-For each stored entry, and each record that vouches for it (its provenance, and each agreeing
-re-verification), this script:
+- until December 2026, :func:`ntkbook.codehash.legacy_code_hash`: the bytes of every library module
+  the experiment reaches;
+- ``ast-1``: :func:`ntkbook.codehash.code_hash`, the normalised syntax of what ``run`` and
+  ``Config`` reach, the ``Config``'s ``smoke()`` and ``paper()`` presets included;
+- ``ast-2`` (today's, :data:`ntkbook.codehash.SCHEME`): the same without the presets, which only
+  choose a configuration (a stored entry keeps the configuration it was computed with).
+
+For each stored entry, and each record that vouches for it (its provenance, each agreeing
+re-verification, and each earlier re-keying of either), this script:
 
 1. takes the commit the record names (a record from uncommitted code is skipped: its code is not
    known) and extracts that commit's ``lib/`` into a temporary folder;
-2. checks that :func:`legacy_code_hash` of the experiment in that tree equals the hash the record
+2. checks that the hash of the experiment in that tree, under an earlier scheme (``ast-1``, the
+   legacy hash, or the tree's own ``code_hash`` run in that tree), equals the hash the record
    stores, so the commit is exactly the code that computed (or reproduced) the result;
-3. computes :func:`code_hash` of the experiment in that same tree, and records it in the entry
-   (``rekeyed``: the record it re-keys, the commit, both hashes, how; see
+3. computes :func:`code_hash` of the experiment in that same tree under today's scheme, and records
+   it in the entry (``rekeyed``: the record it re-keys, the commit, both hashes, how; see
    :meth:`ntkbook.store.Store.add_rekey`).
 
 :mod:`ntkbook.freshness` then reads a re-keyed record as the record it re-keys, with the new hash:
@@ -43,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
 from ntkbook import experiments, freshness  # noqa: E402
-from ntkbook.codehash import SCHEME, Library, code_hash, legacy_code_hash  # noqa: E402
+from ntkbook.codehash import SCHEME, SCHEMES, Library, code_hash, legacy_code_hash  # noqa: E402
 from ntkbook.store import Result, Store  # noqa: E402
 
 
@@ -83,7 +90,7 @@ class EntryReport:
 
     name: str
     entry: str
-    before: str  # its freshness under the legacy scheme
+    before: str  # its freshness under the earlier schemes
     after: str = ""  # under the new scheme, with what was recorded
     records: list[dict[str, Any]] = field(default_factory=list)  # the re-keyings recorded
     notes: list[str] = field(default_factory=list)  # records that could not be re-keyed, and why
@@ -105,53 +112,113 @@ def _commit_of(record: Mapping[str, Any]) -> tuple[str | None, str]:
     return str(commit), ""
 
 
-def rekey_records(name: str, meta: Mapping[str, Any], lib_at: Callable[[str], Path | None]
+def _vouching_records(meta: Mapping[str, Any]) -> list[tuple[int | None, str, Mapping[str, Any]]]:
+    """``(index, what, record)`` of every record of an entry that can vouch for it: the provenance
+    (index None), each agreeing re-verification (its index), and each earlier re-keying of either
+    (the index of the record it re-keys; its own commit and hash)."""
+    prov = meta.get("provenance") or {}
+    reverified = list(meta.get("reverified") or [])
+    out: list[tuple[int | None, str, Mapping[str, Any]]] = [(None, "provenance", prov)]
+    out += [(i, f"re-verification {i}", r) for i, r in enumerate(reverified) if r.get("agree", True)]
+    for j, rec in enumerate(meta.get("rekeyed") or []):
+        if rec.get("scheme") == SCHEME or not rec.get("code_sha256"):
+            continue
+        index = rec.get("reverified")
+        if index is not None and not (0 <= int(index) < len(reverified)
+                                      and reverified[int(index)].get("agree", True)):
+            continue
+        what = "provenance" if index is None else f"re-verification {index}"
+        out.append((index, f"{what} as re-keyed ({rec.get('scheme')}, re-keying {j})",
+                    {"code_sha256": rec["code_sha256"], "git_commit": rec.get("git_commit"),
+                     "code_hash_scheme": rec.get("scheme")}))
+    return out
+
+
+class _TreeHashes:
+    """The hashes of an experiment in a commit's tree, under each earlier scheme, computed once."""
+
+    def __init__(self, lib_at: Callable[[str], Path | None]):
+        self.lib_at = lib_at
+        self._libraries: dict[str, Library] = {}
+        self._own: dict[tuple[str, str], list[str]] = {}
+
+    def library(self, commit: str) -> Library | None:
+        if commit not in self._libraries:
+            lib = self.lib_at(commit)
+            if lib is None:
+                return None
+            self._libraries[commit] = Library(lib)
+        return self._libraries[commit]
+
+    def matches(self, module: str, commit: str, stored: str) -> str | None:
+        """The earlier scheme under which ``stored`` is the hash of ``module`` at ``commit``: an
+        older :data:`SCHEMES` entry, ``"legacy"``, or ``"own"`` (that tree's own ``code_hash``);
+        None if none is."""
+        library = self._libraries[commit]
+        for scheme in SCHEMES:
+            if scheme != SCHEME and code_hash(module, library, scheme=scheme) == stored:
+                return scheme
+        if legacy_code_hash(module, library.lib) == stored:
+            return "legacy"
+        if (module, commit) not in self._own:
+            self._own[(module, commit)] = _own_hash(module, library.lib)
+        return "own" if stored in self._own[(module, commit)] else None
+
+
+def rekey_records(name: str, meta: Mapping[str, Any], lib_at: Callable[[str], Path | None] | _TreeHashes
                   ) -> tuple[list[dict[str, Any]], list[str]]:
     """The re-keying records for a stored entry (``meta``: its provenance, reverified and rekeyed
     lists), and a note for every vouching record that could not be re-keyed."""
     module = experiments.EXPERIMENTS[name]
-    prov = meta.get("provenance") or {}
-    done = {(r.get("reverified"), r.get("scheme")) for r in meta.get("rekeyed") or []}
-    candidates: list[tuple[int | None, Mapping[str, Any]]] = [(None, prov)]
-    candidates += [(i, r) for i, r in enumerate(meta.get("reverified") or [])
-                   if r.get("agree", True)]
+    trees = lib_at if isinstance(lib_at, _TreeHashes) else _TreeHashes(lib_at)
+    # (index, hash) of today's scheme recorded already: a record of the same result re-keyed from
+    # two commits (its computation, and a proved refactor since) may give two hashes; each is kept
+    done = {(r.get("reverified"), r.get("code_sha256")) for r in meta.get("rekeyed") or []
+            if r.get("scheme") == SCHEME}
+    keyed = {index for index, _ in done}
     records, notes = [], []
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    for index, rec in candidates:
-        what = "provenance" if index is None else f"re-verification {index}"
-        if (index, SCHEME) in done:
-            continue
+    refused: dict[int | None, list[str]] = {}
+    for index, what, rec in _vouching_records(meta):
         stored = rec.get("code_sha256")
-        if rec.get("code_hash_scheme") == SCHEME or not stored:
-            continue  # already of this scheme, or nothing to re-key
+        if not stored or rec.get("code_hash_scheme") == SCHEME:
+            continue  # nothing to re-key, or already of today's scheme
         commit, why = _commit_of(rec)
         if commit is None:
-            notes.append(f"{what}: not re-keyed ({why})")
-            continue
-        lib = lib_at(commit)
-        if lib is None:
-            notes.append(f"{what}: not re-keyed (commit {commit[:10]} is not in this repository)")
+            refused.setdefault(index, []).append(f"{what}: not re-keyed ({why})")
             continue
         try:
-            legacy = {legacy_code_hash(module, lib)}
-            if stored not in legacy:
-                legacy.update(_own_hash(module, lib))
-            new = code_hash(module, Library(lib))
+            library = trees.library(commit)
+            if library is None:
+                refused.setdefault(index, []).append(
+                    f"{what}: not re-keyed (commit {commit[:10]} is not in this repository)")
+                continue
+            scheme = trees.matches(module, commit, stored)
+            new = code_hash(module, library) if scheme else None
         except Exception as exc:  # an old tree the hash cannot read: said, not hidden
-            notes.append(f"{what}: not re-keyed (commit {commit[:10]}: {type(exc).__name__}: {exc})")
+            refused.setdefault(index, []).append(
+                f"{what}: not re-keyed (commit {commit[:10]}: {type(exc).__name__}: {exc})")
             continue
-        if stored not in legacy:
-            notes.append(f"{what}: not re-keyed (its stored hash {stored} is not the code hash of "
-                         f"commit {commit[:10]}, by that commit's own code_hash or by "
-                         f"legacy_code_hash: that commit is not the code)")
+        if scheme is None:
+            refused.setdefault(index, []).append(
+                f"{what}: not re-keyed (its stored hash {stored} is not the code hash of commit "
+                f"{commit[:10]} under any earlier scheme ({', '.join(s for s in SCHEMES if s != SCHEME)}, "
+                f"legacy_code_hash, or that commit's own code_hash): that commit is not the code)")
             continue
+        keyed.add(index)
+        if (index, new) in done:
+            continue
+        done.add((index, new))
         records.append({
             "date": now, "scheme": SCHEME, "code_sha256": new, "reverified": index,
-            "git_commit": commit, "legacy_code_sha256": stored,
-            "how": (f"the code hash of lib/ at {commit[:10]} (legacy_code_hash, or that commit's "
-                    f"own code_hash) equals the stored hash, so that commit is the code; "
-                    f"code_hash ({SCHEME}) of the same tree"),
+            "git_commit": commit, "legacy_code_sha256": stored, "from_scheme": scheme,
+            "how": (f"the code hash of lib/ at {commit[:10]} under an earlier scheme ({scheme}) "
+                    f"equals the stored hash, so that commit is the code; code_hash ({SCHEME}) of "
+                    f"the same tree"),
         })
+    for index, why in refused.items():
+        if index not in keyed:  # another record of the same result was re-keyed: nothing lost
+            notes += why
     return records, notes
 
 
@@ -182,23 +249,27 @@ def _own_hash(module: str, lib: Path) -> list[str]:
     return [line[0]] if line and len(line[0]) == 16 else []
 
 
-def _state(result: Result, code_now: str) -> str:
-    """Freshness under the legacy scheme: does a vouching record carry today's legacy hash?"""
-    prov = result.provenance or {}
-    vouch = [prov] if prov.get("code_sha256") == code_now else []
-    vouch += [r for r in result.reverified if r.get("agree", True)
-              and r.get("code_sha256") == code_now]
+def _state(result: Result, earlier_now: Mapping[str, str]) -> str:
+    """Freshness under an earlier scheme (``earlier_now``: today's code's hash under each): does a
+    vouching record (or an earlier re-keying of one) carry today's hash of that scheme?"""
+    meta = {"provenance": result.provenance, "reverified": result.reverified,
+            "rekeyed": result.rekeyed}
+    vouch = [(index, r) for index, _, r in _vouching_records(meta)
+             if r.get("code_sha256") in earlier_now.values()]
     if not vouch:
         return freshness.EARLIER
-    return freshness.TODAY + (" (re-verified on a sample)" if all(v.get("sample") for v in vouch)
-                              else "")
+    samples = [None if i is None else (result.reverified[i].get("sample")) for i, _ in vouch]
+    return freshness.TODAY + (" (re-verified on a sample)" if all(samples) else "")
 
 
 def rekey(store: Store, lib_at: Callable[[str], Path | None], *, dry_run: bool = False,
           report: Callable[[str], None] = print) -> list[EntryReport]:
     """Re-key every entry of ``store`` (see the module docstring); one report per entry."""
     out = []
-    legacy_now = {n: legacy_code_hash(m) for n, m in experiments.EXPERIMENTS.items()}
+    earlier_now = {n: {"legacy": legacy_code_hash(m),
+                       **{s: code_hash(m, scheme=s) for s in SCHEMES if s != SCHEME}}
+                   for n, m in experiments.EXPERIMENTS.items()}
+    trees = _TreeHashes(lib_at)
     for row in store.list():
         if row["status"] != "ok" or row["name"] not in experiments.EXPERIMENTS:
             report(f"{row['name']}/{row['entry']}: skipped ({row['status']})")
@@ -206,8 +277,8 @@ def rekey(store: Store, lib_at: Callable[[str], Path | None], *, dry_run: bool =
         name = row["name"]
         result = Result(name, row["config"], provenance=row["provenance"],
                         reverified=row["reverified"], rekeyed=row["rekeyed"])
-        rep = EntryReport(name, row["entry"], _state(result, legacy_now[name]))
-        rep.records, rep.notes = rekey_records(name, row, lib_at)
+        rep = EntryReport(name, row["entry"], _state(result, earlier_now[name]))
+        rep.records, rep.notes = rekey_records(name, row, trees)
         if rep.records and not dry_run:
             config = experiments.config_from_dict(name, row["config"])
             for rec in rep.records:

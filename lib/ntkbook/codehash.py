@@ -22,6 +22,14 @@ with today's. The hash covers exactly the code that can move a stored number, an
   module and the experiment registry (through which an experiment loads another experiment's
   stored result, keyed by that experiment's own hash). Text-only code (``scorecard()``, the
   ``claims`` readings, plotting, the book) is not reached by any ``run`` and so outside every hash.
+- **Presets left out** (:data:`PRESETS`, since scheme ``ast-2``): the class methods ``smoke()`` and
+  ``paper()`` of a class, and what only they reach. A preset only chooses a configuration; a stored
+  result is stored under the configuration it was computed with, and that configuration's values
+  are in the entry, so a preset cannot move a stored number. Editing the smoke preset (to make CI
+  quicker) therefore leaves every paper result today's, and a changed paper preset makes the book
+  look for another entry (missing until it is computed) rather than call an old one stale. Where
+  the reached code itself reads a preset (``Config.smoke()`` or ``getattr(c, "paper")`` inside what
+  a ``run`` reaches), the presets are hashed as before (:func:`reached` checks).
 
 So a docstring, a comment, a reformat, a renamed local variable, a new or moved helper that no
 ``run`` reaches, or a changed scorecard sentence leaves every stored result today's; an edited
@@ -42,14 +50,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
-    "SCHEME", "NOT_CODE", "ROOTS", "module_file", "imported_modules", "reachable_modules",
+    "SCHEME", "SCHEMES", "PRESETS", "NOT_CODE", "ROOTS", "module_file", "imported_modules", "reachable_modules",
     "Library", "hash_cache_file", "normalise", "reached", "code_hash", "legacy_code_hash",
 ]
 
 _LIB = Path(__file__).resolve().parents[1]
 
-#: the name of the hashing scheme of :func:`code_hash`, recorded beside each hash
-SCHEME = "ast-1"
+#: the name of the hashing scheme of :func:`code_hash`, recorded beside each hash. ``ast-1`` (December
+#: 2026) hashed the presets too; ``ast-2`` leaves them out (:data:`PRESETS`)
+SCHEME = "ast-2"
+#: the schemes :func:`code_hash` computes (an older one to check what a stored hash of it means)
+SCHEMES = ("ast-1", "ast-2")
+
+#: the class methods that only choose a configuration, left out of the hash (scheme ``ast-2``)
+PRESETS = frozenset({"smoke", "paper"})
 
 #: modules that do not change what an experiment computes, left out of the walk (and not followed):
 #: the store and its paths, progress reports, the error classes, this module, and the experiment
@@ -224,6 +238,26 @@ def _is_docstring(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
 
 
+def _is_preset(stmt: ast.stmt) -> bool:
+    """A class body's ``@classmethod``/``@staticmethod`` named in :data:`PRESETS`."""
+    return (isinstance(stmt, ast.FunctionDef) and stmt.name in PRESETS
+            and any(isinstance(d, ast.Name) and d.id in ("classmethod", "staticmethod")
+                    for d in stmt.decorator_list))
+
+
+def _reads_a_preset(stmts: list[ast.stmt]) -> bool:
+    """Whether code reads a preset: an attribute ``.smoke``/``.paper``, or ``getattr(x, "paper")``."""
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Attribute) and node.attr in PRESETS:
+                return True
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) > 1
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in PRESETS):
+                return True
+    return False
+
+
 class Library:
     """The ``ntkbook`` sources below ``lib``, parsed on demand (one instance per source tree)."""
 
@@ -232,7 +266,8 @@ class Library:
         self._modules: dict[str, _Module | None] = {}
         self._uses: dict[str, tuple] = {}
         self._normal: dict[str, str] = {}
-        self._hashes: dict[str, str] = {}
+        self._hashes: dict[str, str] = {}  # today's scheme only
+        self._stripped: dict[str, list[ast.stmt]] = {}
         self._disk: Path | None = None  # where :meth:`of` keeps the hashes of these sources
 
     @classmethod
@@ -256,7 +291,8 @@ class Library:
 
     def uses(self, key: str, stmts: list[ast.stmt], module: str):
         """What the code of unit ``key`` uses: its function-level import bindings, the modules
-        those imports run, and every (name, attributes) it loads."""
+        those imports run, and every (name, attributes) it loads. (``key`` names the unit and its
+        variant: a class with its presets left out is another unit than the whole class.)"""
         if key not in self._uses:
             package = self.module(module).package
             local: dict[str, Target] = {}
@@ -280,6 +316,20 @@ class Library:
             names = set(mod.defs) | set(mod.imports) | mod.external | mod.other
             self._normal[key] = normalise(stmts, names)
         return self._normal[key]
+
+    def without_presets(self, key: str, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """``stmts`` with the :data:`PRESETS` of each class among them left out (memoised): a
+        method named ``smoke`` or ``paper`` decorated ``@classmethod`` or ``@staticmethod``."""
+        if key not in self._stripped:
+            out = []
+            for stmt in stmts:
+                if isinstance(stmt, ast.ClassDef) and any(_is_preset(s) for s in stmt.body):
+                    stmt = ast.ClassDef(**{**{f: getattr(stmt, f) for f in stmt._fields},
+                                           "body": [s for s in stmt.body if not _is_preset(s)]
+                                           or [ast.Pass()]})
+                out.append(stmt)
+            self._stripped[key] = out
+        return self._stripped[key]
 
     def exists(self, name: str) -> bool:
         return name.split(".")[0] == "ntkbook" and module_file(name, self.lib) is not None
@@ -505,8 +555,9 @@ def _chains(tree: ast.AST) -> list[tuple[str, list[str]]]:
 class _Walker:
     """The closure of what a set of roots reaches (see the module docstring)."""
 
-    def __init__(self, library: Library):
+    def __init__(self, library: Library, presets: bool = True):
         self.lib = library
+        self.presets = presets  # False: classes enter without their presets (scheme ast-2)
         self.units: dict[str, list[ast.stmt]] = {}  # "module:name" or "module:<import>" -> code
         self.modules: set[str] = set()  # modules whose top level runs
         self._todo: list[tuple[str, list[ast.stmt]]] = []
@@ -597,15 +648,19 @@ class _Walker:
     def _add(self, key: str, module: str, stmts: list[ast.stmt]) -> None:
         if key in self.units:
             return
-        self.units[key] = stmts
+        self.units[key] = stmts if self.presets else self.lib.without_presets(key, stmts)
         self._todo.append((key, module))
+
+    def memo_key(self, key: str) -> str:
+        """The key under which :class:`Library` memoises unit ``key`` of this walk."""
+        return key if self.presets else f"{key}#no-presets"
 
     def close(self) -> None:
         """Follow every name the collected code uses until nothing new is reached."""
         while self._todo:
             key, module = self._todo.pop()
             mod = self.lib.module(module)
-            local, runs, chains = self.lib.uses(key, self.units[key], module)
+            local, runs, chains = self.lib.uses(self.memo_key(key), self.units[key], module)
             for m in runs:
                 self.run_module(m)
             for name, attrs in chains:
@@ -625,11 +680,19 @@ class _Walker:
                         self.resolve(module, ("attr", base, name), list(attrs))
 
 
-def reached(name: str, lib: Path | Library = _LIB) -> dict[str, list[ast.stmt]]:
+def reached(name: str, lib: Path | Library = _LIB, *, presets: bool = False
+            ) -> dict[str, list[ast.stmt]]:
     """The code experiment module ``name`` runs: ``{"module:definition": statements}``, with
-    ``"module:<import>"`` for the top-level statements a module runs when imported."""
+    ``"module:<import>"`` for the top-level statements a module runs when imported. Classes enter
+    without their :data:`PRESETS` unless ``presets``, or unless the code reached that way reads
+    a preset itself (then the walk is done again with them)."""
+    return _walk(name, lib, presets)[1]
+
+
+def _walk(name: str, lib: Path | Library, presets: bool
+          ) -> tuple["_Walker", dict[str, list[ast.stmt]]]:
     library = lib if isinstance(lib, Library) else Library.of(lib)
-    walker = _Walker(library)
+    walker = _Walker(library, presets)
     walker.run_module(name)
     mod = library.module(name)
     roots = [r for r in ROOTS if r in mod.defs or r in mod.imports]
@@ -638,7 +701,9 @@ def reached(name: str, lib: Path | Library = _LIB) -> dict[str, list[ast.stmt]]:
     for root in roots:
         walker.add_def(name, root)
     walker.close()
-    return walker.units
+    if not presets and any(_reads_a_preset(stmts) for stmts in walker.units.values()):
+        return _walk(name, library, True)
+    return walker, walker.units
 
 
 # -- normalisation -------------------------------------------------------------------------------
@@ -776,16 +841,24 @@ def normalise(stmts: list[ast.stmt], module_names: set[str] = frozenset()) -> st
     return ast.dump(tree)
 
 
-def code_hash(name: str, lib: Path | Library = _LIB) -> str:
+def code_hash(name: str, lib: Path | Library = _LIB, *, scheme: str = SCHEME) -> str:
     """sha256 (16 hex digits) of what experiment module ``name`` runs (:func:`reached`), each
-    definition normalised (:func:`normalise`) and entered under its qualified name, sorted."""
+    definition normalised (:func:`normalise`) and entered under its qualified name, sorted.
+    ``scheme``: one of :data:`SCHEMES`; ``"ast-1"`` hashes the presets too (to check what a hash
+    stored under that scheme was computed from)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown code hash scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     library = lib if isinstance(lib, Library) else Library.of(lib)
-    if name not in library._hashes:
-        digest = hashlib.sha256(SCHEME.encode() + b"\0")
-        for key, stmts in sorted(reached(name, library).items()):
-            text = library.normalised(key, stmts, key.partition(":")[0])
-            digest.update(key.encode() + b"\0" + text.encode() + b"\0")
-        library._hashes[name] = digest.hexdigest()[:16]
+    if scheme == SCHEME and name in library._hashes:
+        return library._hashes[name]
+    walker, units = _walk(name, library, presets=(scheme == "ast-1"))
+    digest = hashlib.sha256(scheme.encode() + b"\0")
+    for key, stmts in sorted(units.items()):
+        text = library.normalised(walker.memo_key(key), stmts, key.partition(":")[0])
+        digest.update(key.encode() + b"\0" + text.encode() + b"\0")
+    value = digest.hexdigest()[:16]
+    if scheme == SCHEME:
+        library._hashes[name] = value
         if library._disk is not None:
-            _write_hashes(library._disk, {name: library._hashes[name]})
-    return library._hashes[name]
+            _write_hashes(library._disk, {name: value})
+    return value
