@@ -25,7 +25,8 @@ edited code and must (``reaches``) or must not (``misses``) be reached after the
 says why the hash does what it does. Where the real library has no example of a form (a package
 re-export, a relative import, a chain through two modules, ``ClassVar``, ``__getattr__``, star
 imports, ``global``), :data:`SYNTHETIC` is a small package written into ``tmp_path`` that has it,
-with the experiments ``ntkbook.experiments.x`` and ``.y`` (case experiments ``"x"``, ``"y"``).
+with the experiments ``ntkbook.experiments.x``, ``.y`` and ``.z`` (case experiments ``"x"``,
+``"y"``, ``"z"``).
 
 The rest: the legacy scheme (:func:`legacy_code_hash`: the bytes of every module reached by
 imports) and the import graph (:func:`imported_modules`, also used by ``tests/test_layout.py``),
@@ -53,7 +54,8 @@ from ntkbook.codehash import (NOT_CODE, Library, code_hash, imported_modules, le
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 X = "ntkbook.experiments.x"  # the synthetic experiment
-Y = "ntkbook.experiments.y"  # the synthetic experiment whose run reads its own presets
+Y = "ntkbook.experiments.y"  # the synthetic experiment whose run reads its presets by getattr
+Z = "ntkbook.experiments.z"  # the synthetic experiment whose run calls Config.smoke()
 
 
 # -- helpers: copies, edits, hashes -------------------------------------------------------------
@@ -133,7 +135,7 @@ def case(id: str, experiment: str, *edits, reaches=(), misses=(), marks=()):
 
 def _pristine(experiment: str, tmp_path: Path) -> tuple[str, Path, str]:
     """The module name, an editable copy of the sources, and the hash before any edit."""
-    if experiment in ("x", "y"):
+    if experiment in ("x", "y", "z"):
         name = f"ntkbook.experiments.{experiment}"
         before = code_hash(name, Library(_write(tmp_path / "pristine", SYNTHETIC)))
         return name, _write(tmp_path / "edited", SYNTHETIC), before
@@ -360,8 +362,27 @@ SYNTHETIC = {
 
 
         def run(config, points=None):
-            reference = getattr(Config, "paper")() if config.n < 0 else Config.smoke()
+            reference = getattr(Config, "paper")() if config.n < 0 else getattr(Config, "smoke")()
             return config.n + reference.n
+        ''',
+    "experiments/z.py": '''
+        """An experiment whose run calls its smoke preset by attribute."""
+        import dataclasses
+
+        NAME = "z"
+
+
+        @dataclasses.dataclass(frozen=True)
+        class Config:
+            n: int = 3
+
+            @classmethod
+            def smoke(cls):
+                return cls(n=2)
+
+
+        def run(config, points=None):
+            return config.n + Config.smoke().n
         ''',
 }
 
@@ -459,8 +480,11 @@ FLAGGED = [
     case("Config default", "demo_sweep",
          ("experiments/demo_sweep.py", "    repeats: int = 200  #", "    repeats: int = 201  #"),
          reaches=["ntkbook.experiments.demo_sweep:Config"]),
-    # synthetic: run reads Config.smoke() and getattr(Config, "paper"): the presets are in the hash
-    case("smoke preset read by run (synthetic)", "y",
+    # synthetic: run calls Config.smoke() (z), or reads getattr(Config, "paper") (y): the presets
+    # are in the hash
+    case("smoke preset called by run (synthetic)", "z",
+         ("experiments/z.py", "return cls(n=2)", "return cls(n=1)"), reaches=[Z + ":Config"]),
+    case("smoke preset read by getattr in run (synthetic)", "y",
          ("experiments/y.py", "return cls(n=2)", "return cls(n=1)"), reaches=[Y + ":Config"]),
     case("paper preset read by getattr in run (synthetic)", "y",
          ("experiments/y.py", "return cls(n=8)", "return cls(n=9)"), reaches=[Y + ":Config"]),
@@ -707,11 +731,11 @@ def test_the_synthetic_experiment_runs(tmp_path):
                 3 * 2)  # Config().scaled()
     assert out.strip() == str(expected)
     # x's presets (its run reads neither), and y's run, which reads both
-    code = ("from ntkbook.experiments import x, y; print(x.Config.smoke().n, x.Config.paper().n, "
-            "y.run(y.Config()), y.run(y.Config(n=-1)))")
+    code = ("from ntkbook.experiments import x, y, z; print(x.Config.smoke().n, x.Config.paper().n, "
+            "y.run(y.Config()), y.run(y.Config(n=-1)), z.run(z.Config()))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)},
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout
-    assert out.split() == ["2", "5", str(3 + 2), str(-1 + 8)]
+    assert out.split() == ["2", "5", str(3 + 2), str(-1 + 8), str(3 + 2)]
 
 
 def test_text_only_packages_are_outside_every_hash(lib_copy):
