@@ -427,7 +427,14 @@ def _greedy_fns(cfg: GemmaConfig, total: int):
 def greedy_generate_uncached(params, cfg: GemmaConfig, ids, n_new: int) -> np.ndarray:
     """Reference for tests: greedy continuation rerunning the whole sequence at every step."""
     ids = [int(i) for i in np.asarray(ids)]
-    last = jax.jit(lambda p, x: jnp.argmax(logits(p, cfg, x)[-1]))
+    last = _last_argmax(cfg)
     for _ in range(n_new):
         ids.append(int(last(params, jnp.asarray(ids))))
     return np.asarray(ids[-n_new:])
+
+
+@functools.lru_cache(maxsize=8)
+def _last_argmax(cfg: GemmaConfig):
+    """The jitted greedy token after a whole sequence, one per model (a sequence length compiled
+    once for every call of :func:`greedy_generate_uncached`)."""
+    return jax.jit(lambda p, x: jnp.argmax(logits(p, cfg, x)[-1]))

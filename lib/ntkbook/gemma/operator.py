@@ -251,11 +251,14 @@ def jacobian_dense(params, cfg: gemma_model.GemmaConfig, residuals, L: int, para
     rest = forward_from_params(params)
     h = jnp.asarray(residuals)
 
-    def F(vec):
-        th = unravel(vec)
-        return jax.vmap(lambda x: gemma_model.forward_from(rest, cfg, x, L, layer_L=th)[-1])(h).reshape(-1)
+    @jax.jit  # one compiled program: op by op, the reverse pass over every output took 3x longer
+    def jacobian(vec, rest, h):
+        def F(vec):
+            th = unravel(vec)
+            return jax.vmap(lambda x: gemma_model.forward_from(rest, cfg, x, L, layer_L=th)[-1])(h).reshape(-1)
+        return jax.jacrev(F)(vec)
 
-    return np.asarray(jax.jacrev(F)(flat0))
+    return np.asarray(jacobian(flat0, rest, h))
 
 
 def logit_kernel_dense(J: np.ndarray, unembed: np.ndarray) -> np.ndarray:
