@@ -21,13 +21,15 @@ FIGURE_DPI = 200
 PNG_MIN_FONT_KEY, PNG_DPI_KEY = "ntkbook:min_font_pt", "ntkbook:dpi"
 
 
-def min_font_pt(fig) -> float:
+def min_font_pt(fig, *, draw: bool = True) -> float:
     """Smallest font size (pt) of the text a reader sees on ``fig``: every visible, non-empty text
     artist (titles, labels, tick labels, legends, annotations, colorbar labels) on a visible axes;
-    ``inf`` if there is none. Draws the figure first: tick labels get their text when drawn."""
+    ``inf`` if there is none. Draws the figure first (tick labels get their text when drawn),
+    unless ``draw=False`` (it has just been drawn, e.g. saved)."""
     import matplotlib.text
 
-    fig.canvas.draw()
+    if draw:
+        fig.canvas.draw()
     sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
              if t.get_visible() and t.get_text().strip() and (t.axes is None or t.axes.get_visible())]
     return min(sizes, default=float("inf"))
@@ -48,13 +50,28 @@ def show(fig):
     from IPython.display import Image
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight",
-                metadata={PNG_MIN_FONT_KEY: f"{min_font_pt(fig):g}", PNG_DPI_KEY: str(FIGURE_DPI)})
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight")
+    # the sizes read after the save, which drew the figure (no draw of its own)
+    png = _with_text(buf.getvalue(), {PNG_MIN_FONT_KEY: f"{min_font_pt(fig, draw=False):g}",
+                                      PNG_DPI_KEY: str(FIGURE_DPI)})
     plt.close(fig)
-    png = buf.getvalue()
     # half the pixel width (a 2x image) and no height, so that a narrower column scales the image
     # down with its aspect ratio kept (a fixed height would squash it)
     return Image(data=png, format="png", width=int.from_bytes(png[16:20], "big") // 2)
+
+
+def _with_text(png: bytes, entries: dict[str, str]) -> bytes:
+    """``png`` with a ``tEXt`` chunk per entry, placed right after its header chunk (IHDR)."""
+    import struct
+    import zlib
+
+    (n,) = struct.unpack(">I", png[8:12])
+    end = 8 + 12 + n  # signature, then IHDR: length, type, data, CRC
+    chunks = b""
+    for key, value in entries.items():
+        body = b"tEXt" + key.encode("latin-1") + b"\0" + value.encode("latin-1")
+        chunks += struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+    return png[:end] + chunks + png[end:]
 
 
 # Spans typeset() leaves alone: code spans (and roles such as {ref}`x <sec-y>`), display and
