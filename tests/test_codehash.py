@@ -675,7 +675,8 @@ UNFLAGGED = [
          misses=["ntkbook.plotting"]),
     # the book's figure helpers, and a top-level statement there
     case("ntkbook.book", "modular_mlp",
-         ("book/report.py", "def min_font_pt(fig) -> float:\n", "def min_font_pt(fig) -> float:\n    fig = fig\n"),
+         ("book/report.py", "def min_font_pt(fig, *, draw: bool = True) -> float:\n",
+          "def min_font_pt(fig, *, draw: bool = True) -> float:\n    fig = fig\n"),
          ("book/report.py", None, "\n\nprint('edited')\n"), misses=["ntkbook.book"]),
     # demo_sweep iterates over progress(...): progress reports are not code (NOT_CODE)
     case("ntkbook.progress", "demo_sweep",
