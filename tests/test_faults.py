@@ -53,6 +53,9 @@ def logged(n, repeats, seed):
         fh.write(f"{os.getpid()} {n}\n")
     if n == int(os.environ.get("FAULT_STALL_AT", "-1")):
         time.sleep(120)
+    gate, t0 = os.environ.get("FAULT_GATE"), time.monotonic()
+    while gate and not os.path.exists(gate) and time.monotonic() - t0 < 120:
+        time.sleep(0.05)  # held, with the entry's lock, until the test opens the gate
     time.sleep(float(os.environ.get("FAULT_DELAY", "0")))
     return real(n, repeats, seed)
 demo_sweep.rms_error = logged
@@ -196,13 +199,22 @@ def test_damaged_checkpoint_is_reported_and_recompute_repairs(tmp_path, env):
 
 # -- concurrency ----------------------------------------------------------------------------------
 def test_two_processes_on_one_entry(tmp_path, env):
-    """The second run waits for the first and loads its result: one computation, one entry."""
-    results = tmp_path / "results"
-    first = child(env, results, wait=False, FAULT_DELAY="0.4")
+    """The second run waits for the first and loads its result: one computation, one entry.
+
+    The first run is held at its first point (``FAULT_GATE``) until the second says it waits, so
+    the order does not depend on how fast either starts on a loaded machine."""
+    results, gate, log2 = tmp_path / "results", tmp_path / "gate", tmp_path / "second.err"
+    first = child(env, results, wait=False, FAULT_GATE=str(gate))
     wait_for(lambda: computed(env))
-    second = child(env, results, wait=False, FAULT_DELAY="0.4")
-    out1, err1 = first.communicate(timeout=120)
-    out2, err2 = second.communicate(timeout=120)
+    with open(log2, "w") as err:
+        second = subprocess.Popen(
+            [sys.executable, "-c", CHILD, "run", "demo_sweep", "--scale", "smoke", "--results", str(results)],
+            env={**env, "FAULT_GATE": str(gate)}, stdout=subprocess.PIPE, stderr=err, text=True)
+        wait_for(lambda: "waiting for pid" in log2.read_text(), timeout=120)
+        gate.touch()
+        out1, err1 = first.communicate(timeout=120)
+        out2, _ = second.communicate(timeout=120)
+    err2 = log2.read_text()
     assert first.returncode == 0 and second.returncode == 0, (err1, err2)
     assert "waiting for pid" in err2
     pids = {pid for pid, _ in computed(env)}
@@ -211,10 +223,13 @@ def test_two_processes_on_one_entry(tmp_path, env):
 
 
 def test_second_process_can_refuse(tmp_path, env):
-    results = tmp_path / "results"
-    first = child(env, results, wait=False, FAULT_DELAY="0.3")
+    """With ``--no-wait`` a second run refuses while the first holds the entry (held at its first
+    point until the refusal is seen, whatever the load)."""
+    results, gate = tmp_path / "results", tmp_path / "gate"
+    first = child(env, results, wait=False, FAULT_GATE=str(gate))
     wait_for(lambda: computed(env))
     rc, out, err = child(env, results, "--no-wait")
+    gate.touch()
     assert rc == 2 and "is being computed by pid" in err
     first.communicate(timeout=120)
     assert first.returncode == 0
