@@ -18,10 +18,11 @@ of it is in this project) the author's side runs **his** code, his ``ma.py``/``n
 cells of his transformer notebook that define its model and kernel (torch_worker.py says which),
 instead of the re-implementation: the re-implementation is then held against the original.
 
-With ``--ours-route structured`` our two sides call :func:`ntkbook.ntk.structured.structured_entk`
-instead (the same kernels by structured derivatives: per dense layer the product of two small Gram
-matrices, no per-example Jacobian of the weights; the mean-logit kernels as the ``full`` kernel of
-the mean-logit model ``entk.mean_logit(f)``, one output), at float64 and float32 alike.
+Our calls take the engine's default ``route="auto"`` (each parameter leaf by structured
+derivatives where that costs less, :mod:`ntkbook.ntk.structured`; the dense layers of both models
+do). ``--ours-route jacobians`` or ``structured`` makes our two sides pass that ``route=`` to the
+same engine calls instead (``jacobians``: every per-example Jacobian formed, the engine before
+structured derivatives), at float64 and float32 alike.
 
 Cases (``--quick`` shrinks the MLP ones): the one-layer transformer's nine per-tensor mean-logit
 kernels at N = 100 and N = 841, its W_U kernel alone at N = 841, the modular MLP's class-mean
@@ -106,8 +107,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--only", default="", help="comma-separated row numbers (1-based) to run")
     ap.add_argument("--author-code", default=None,
                     help="a local checkout of the author's repository (jylin04/mi-ntk): run his code verbatim")
-    ap.add_argument("--ours-route", choices=("engine", "structured"), default="engine",
-                    help="our side: the chapters' engine calls (default) or ntk.structured.structured_entk")
+    ap.add_argument("--ours-route", choices=("auto", "jacobians", "structured"), default="auto",
+                    help="the route= of our engine calls (default: auto, the chapters' calls)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.repeat is None:
@@ -188,13 +189,15 @@ def author_min_bytes(case: Case, weights: dict[str, np.ndarray], verbatim: bool 
 # --------------------------------------------------------------------------------------------------
 # our side (runs in a child process of its own)
 # --------------------------------------------------------------------------------------------------
-def ours_call(case: Case, precision: str, route: str = "engine") -> str:
+def ours_call(case: Case, precision: str, route: str = "auto") -> str:
     """What our measurement calls, for the output."""
-    if route == "structured":
+    if route != "auto":
+        arg = f', route="{route}"'
         if case.model == "mlp":
-            return 'structured.structured_entk(f, params, x, reduction="class_mean")'
-        which = 'group_layers()["W_U"]' if case.tensors == "W_U" else "each of group_layers()"
-        return f"structured.structured_entk(entk.mean_logit(transformer.apply), params, x, param_filter={which})"
+            return f'entk.entk(f, params, x, reduction="class_mean"{arg})'
+        if case.tensors == "W_U":
+            return f'entk.entk_mean_logit(transformer.apply, params, x, param_filter=group_layers()["W_U"]{arg})'
+        return f"entk.entk_mean_logit(transformer.apply, params, x, layers=group_layers(){arg})"
     full = case.n == P_MOD**2 and precision == "f64"
     if case.model == "mlp":
         if full:
@@ -207,14 +210,14 @@ def ours_call(case: Case, precision: str, route: str = "engine") -> str:
     return "entk.entk_mean_logit(transformer.apply, params, x, layers=group_layers())"
 
 
-def ours_kernels(case: Case, precision: str, weights, x, route: str = "engine") -> dict[str, np.ndarray]:
+def ours_kernels(case: Case, precision: str, weights, x, route: str = "auto") -> dict[str, np.ndarray]:
     """Our kernels for ``case`` at ``precision`` ("f64" needs x64 enabled), as ``ours_call`` says."""
     import jax
     import jax.numpy as jnp
 
     from ntkbook.experiments import modular_mlp, modular_transformer
     from ntkbook.models import modular, transformer
-    from ntkbook.ntk import entk, structured
+    from ntkbook.ntk import entk
 
     dtype = jnp.float64 if precision == "f64" else jnp.float32
     call = ours_call(case, precision, route)
@@ -224,21 +227,15 @@ def ours_kernels(case: Case, precision: str, weights, x, route: str = "engine") 
         return modular_transformer.group_kernels(weights, P_MOD, "mean_logit")
     params = {k: jnp.asarray(v, dtype=dtype) for k, v in weights.items()}
     if case.model == "mlp":
-        kernel = structured.structured_entk if route == "structured" else entk.entk
-        k = kernel(modular.make_apply("square"), params, jnp.asarray(x, dtype=dtype), reduction="class_mean")
+        k = entk.entk(modular.make_apply("square"), params, jnp.asarray(x, dtype=dtype), reduction="class_mean",
+                      route=route)
         return {"class_mean": np.asarray(jax.block_until_ready(k))}
     layers = modular_transformer.group_layers()
-    if route == "structured":
-        names = ["W_U"] if case.tensors == "W_U" else list(layers)
-        fbar = entk.mean_logit(transformer.apply)
-        return {n: np.asarray(jax.block_until_ready(
-            structured.structured_entk(fbar, params, jnp.asarray(x), param_filter=layers[n])))[:, :, 0, 0]
-            for n in names}
     xt = jnp.asarray(x)
     if case.tensors == "W_U":
-        k = entk.entk_mean_logit(transformer.apply, params, xt, param_filter=layers["W_U"])
+        k = entk.entk_mean_logit(transformer.apply, params, xt, param_filter=layers["W_U"], route=route)
         return {"W_U": np.asarray(jax.block_until_ready(k))}
-    ks = jax.block_until_ready(entk.entk_mean_logit(transformer.apply, params, xt, layers=layers))
+    ks = jax.block_until_ready(entk.entk_mean_logit(transformer.apply, params, xt, layers=layers, route=route))
     return {k: np.asarray(v) for k, v in ks.items()}
 
 
@@ -251,7 +248,7 @@ def measure_ours_child(spec: dict) -> int:
     d = np.load(spec["inp"])
     weights = {k: d[k] for k in d.files if k != "x"}
     x = d["x"]
-    route = spec.get("route", "engine")
+    route = spec.get("route", "auto")
     t = time.perf_counter()
     ours_kernels(case, spec["precision"], weights, x, route)
     first = time.perf_counter() - t
@@ -385,10 +382,10 @@ def format_row(r: RowResult) -> str:
             f"| {e_a}, {e_32} | {rss} |")
 
 
-def format_table(results: list[RowResult], ours_route: str = "engine", verbatim: bool = False) -> str:
+def format_table(results: list[RowResult], ours_route: str = "auto", verbatim: bool = False) -> str:
     header = HEADER
-    if ours_route == "structured":
-        header = header.replace("ours f64, chapter's call (s)", "ours f64, structured (s)")
+    if ours_route != "auto":
+        header = header.replace("ours f64, chapter's call (s)", f"ours f64, route={ours_route} (s)")
     if verbatim:
         header = header.replace("author, torch f32 (s)", "author's own code, torch f32 (s)")
     sep = "|" + "---|" * header.count(" | ") + "---|"

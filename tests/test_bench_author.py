@@ -154,8 +154,8 @@ def test_author_memory_lower_bound_of_his_own_code(ba):
 
 def test_table_headers_name_both_sides(ba):
     assert ba.format_table([]).splitlines()[0] == ba.HEADER
-    head = ba.format_table([], "structured", verbatim=True).splitlines()[0]
-    assert "ours f64, structured (s)" in head and "author's own code" in head and "chapter's call" not in head
+    head = ba.format_table([], "jacobians", verbatim=True).splitlines()[0]
+    assert "ours f64, route=jacobians (s)" in head and "author's own code" in head and "chapter's call" not in head
     assert ba.author_side(None).startswith("the re-implementation")
 
 
@@ -169,16 +169,20 @@ def test_author_code_without_his_files_is_a_clear_message(ba, tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("case", [("mlp", 12, "diag", "all"), ("transformer", 8, "mean_logit", "W_U")])
-def test_structured_route_gives_the_engines_kernels(ba, case):
-    """``--ours-route structured`` times the same kernels as the chapters' engine calls (float64).
-    (All nine transformer tensors take the same path as W_U, a loop over the names; the route itself
-    is checked on every model in tests/test_structured.py.)"""
+def test_every_ours_route_gives_the_chapters_kernels(ba, case):
+    """``--ours-route jacobians``/``structured`` time the same kernels as the chapters' engine calls
+    (float64), and the calls they print name the route. (All nine transformer tensors take the same
+    path as W_U, a loop over the names; the routes are checked on every model in
+    tests/test_structured.py.)"""
     import jax
 
     case = ba.Case("c", *case)
     w, x = ba.model_weights(case.model), ba.model_inputs(case.model, case.n)
     with jax.enable_x64(True):
         engine = ba.ours_kernels(case, "f64", w, x)
-        structured = ba.ours_kernels(case, "f64", w, x, "structured")
-    assert sorted(structured) == sorted(engine)
-    assert ba.rel_frobenius(structured, engine) < 1e-12
+        for route in ("jacobians", "structured"):
+            other = ba.ours_kernels(case, "f64", w, x, route)
+            assert sorted(other) == sorted(engine)
+            assert ba.rel_frobenius(other, engine) < 1e-12
+            assert f'route="{route}"' in ba.ours_call(case, "f64", route)
+    assert "route" not in ba.ours_call(case, "f64")

@@ -140,10 +140,35 @@ def test_memory_plan_counts_the_jacobians_dtype(capsys):
     f, params, x1, _ = setup("mlp", n1=8)
     n, P = x1.shape[0], sum(a.size for a in jax.tree.leaves(params))
     budget = n * C * P * 4 + n * n * 8 + 64  # float32 Jacobians of all rows beside a float64 kernel
-    entk.entk(f, params, x1, reduction="class_mean", precision="float32_jacobians", memory_budget=budget)
+    entk.entk(f, params, x1, reduction="class_mean", precision="float32_jacobians", memory_budget=budget,
+              route="jacobians")
     assert "exceed the memory budget" not in capsys.readouterr().out
-    entk.entk(f, params, x1, reduction="class_mean", memory_budget=budget)
+    entk.entk(f, params, x1, reduction="class_mean", memory_budget=budget, route="jacobians")
     assert "exceed the memory budget" in capsys.readouterr().out
+
+
+def test_memory_plan_counts_the_structured_factors(capsys):
+    """By structured derivatives a row holds, per dense weight, its input and its cotangents
+    (``n_in + C n_out`` numbers), per bias its Jacobian (``C n_out``): a budget that holds these
+    for every row, the kernel and the Gram matrices of positions is one panel, a byte less is
+    several."""
+    f, params, x1, _ = setup("mlp", n1=8)
+    n = x1.shape[0]
+    routes = entk.kernel_routes(f, params, x1, reduction="class_mean")
+    assert {r.name for r in routes if r.structured} == {r.name for r in routes if r.name.endswith("['w']")}
+    row = sum(r.T * (r.K + C * r.O) if r.structured else C * r.size for r in routes)
+    # beside the kernel, a structured leaf's two Gram matrices of positions (2 T^2 per pair)
+    kernel = (1 + max(2 * r.T * r.T for r in routes if r.structured)) * n * n * 8
+    for extra in (0, -1):
+        plan = entk.plan_kernel(n, None, row * 8, kernel, memory_budget=n * row * 8 + kernel + extra)
+        assert (plan.panels == 1) == (extra == 0)
+    # the engine's own plan: with that budget the kernel is formed whole, with a byte less in panels
+    exact = n * row * 8 + kernel
+    whole = entk.entk(f, params, x1, reduction="class_mean", memory_budget=exact)
+    assert "exceed the memory budget" not in capsys.readouterr().out
+    panelled = entk.entk(f, params, x1, reduction="class_mean", memory_budget=exact - 1, batch_size=2)
+    assert "exceed the memory budget" in capsys.readouterr().out
+    np.testing.assert_allclose(panelled, whole, rtol=1e-13, atol=1e-13 * float(np.abs(whole).max()))
 
 
 def test_widening_dot_goes_slab_by_slab(monkeypatch):

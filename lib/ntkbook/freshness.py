@@ -51,6 +51,7 @@ from ntkbook.errors import NtkbookError
 from ntkbook.store import Result, Store, environment, provenance
 
 __all__ = [
+    "entk_routes",
     "DEFAULT_TOLERANCE", "TODAY", "EARLIER", "Freshness", "freshness", "Difference", "Comparison",
     "flatten", "compare", "Reproduction", "reproduce",
 ]
@@ -378,6 +379,15 @@ class ReproduceError(NtkbookError):
     """A stored entry cannot be reproduced as asked (no such entry, no sample defined, ...)."""
 
 
+def entk_routes(result: Result) -> tuple[list[str] | None, list[str] | None]:
+    """``(computed, today)``: the eNTK route lines (:func:`ntkbook.ntk.entk.describe_routes`) of
+    the run that computed ``result`` and of its latest agreeing re-verification; None where that
+    run recorded none (a run from before the engine recorded routes formed every per-example
+    Jacobian)."""
+    rerun = [r for r in result.reverified or [] if r.get("agree", True) and r.get("entk_routes")]
+    return result.provenance.get("entk_routes"), (rerun[-1]["entk_routes"] if rerun else None)
+
+
 def reproduce(name: str, store: Store, *, entries: Sequence[str] | None = None,
               sample: bool = False, record: bool = True,
               report: Callable[[str], None] = print) -> list[Reproduction]:
@@ -452,6 +462,8 @@ def reproduce(name: str, store: Store, *, entries: Sequence[str] | None = None,
                     if prov.get(k) is not None},
                 "environment": environment() | {"x64": fresh.provenance.get("x64")},
             }
+            if fresh.provenance.get("entk_routes"):  # how today's engine formed the kernels
+                rec["entk_routes"] = fresh.provenance["entk_routes"]
             recorded = store.add_reverification(name, module.VERSION, config, rec)
         rep = Reproduction(name, store.entry_dir(name, module.VERSION, config), what, comparison,
                            recorded, wall)

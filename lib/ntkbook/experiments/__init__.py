@@ -252,7 +252,12 @@ def run_and_save(name: str, config: Any, store: Store, *, recompute: bool = Fals
         print(msg, flush=True)
 
     def compute(points):
-        result = module.run(config, points)
+        from ntkbook.ntk.entk import recording_routes  # lazy: listing experiments needs no jax
+
+        with recording_routes() as routes:
+            result = module.run(config, points)
+        if routes:  # the eNTK routes of the kernels this process computed (ntkbook.ntk.entk)
+            result.provenance["entk_routes"] = sorted(routes)
         check_finite(name, result, getattr(module, "NONFINITE_ALLOWED", None))
         if hasattr(module, "PRECISION"):
             result.provenance["precision"] = module.PRECISION

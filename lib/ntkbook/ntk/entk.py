@@ -84,7 +84,9 @@ import numpy as np
 from jax.tree_util import GetAttrKey, keystr, tree_flatten_with_path
 
 from ntkbook.errors import InputError, NumericalError
+from ntkbook.ntk import structured
 from ntkbook.ntk.operator import KernelOperator, check_finite
+from ntkbook.ntk.structured import ROUTES, Route
 
 __all__ = [
     "entk",
@@ -102,6 +104,7 @@ __all__ = [
     "plan_kernel",
     "DEFAULT_MEMORY_BUDGET", "default_memory_budget", "available_memory", "check_fits",
     "PRECISIONS",
+    "ROUTES", "Route", "kernel_routes", "describe_routes", "recording_routes",
 ]
 
 REDUCTIONS = ("full", "class", "class_mean", "flat")
@@ -395,6 +398,94 @@ def _make_jacobian_fn(f, treedef, n_leaves, sel_idx, reduction, class_index):
     return jacobians
 
 
+def _aval(a) -> tuple:
+    return tuple(a.shape), str(a.dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _make_routed_fn(f, treedef, n_leaves, sel_idx, names, reduction, class_index, route,
+                    sel_avals, frozen_avals, x_aval):
+    """``(routes, jacobians)`` for ``route`` (:data:`ROUTES`) at these shapes: one
+    :class:`Route` per selected leaf (:func:`ntkbook.ntk.structured.plan_routes`) and, when some
+    leaf is structured, a jitted function from a chunk of inputs ``(b, ...)`` to a flat tuple of
+    arrays per leaf in order: its Jacobian ``(b, C', P_i)``, or its factors ``H (b, T, K)`` and ``D
+    (b, C', T, O)`` (None when no leaf is: the caller keeps :func:`_make_jacobian_fn`). Cached
+    like it."""
+
+    def f_sel(sel_leaves, frozen, x):
+        out = f(_rebuild(treedef, n_leaves, sel_idx, sel_leaves, frozen), x)
+        if reduction == "class":
+            out = out[class_index][None]
+        return out
+
+    spec = lambda av: jax.ShapeDtypeStruct(*av)  # noqa: E731
+    closed = jax.make_jaxpr(f_sel)([spec(a) for a in sel_avals], [spec(a) for a in frozen_avals],
+                                   spec(x_aval))
+    routes = structured.plan_routes(closed, names, route=route, reduction=reduction)
+    if not any(r.structured for r in routes):
+        return tuple(routes), None
+    one = structured.factor_fn(closed, routes)
+
+    @jax.jit
+    def jacobians(sel_leaves, frozen, xb):
+        return jax.vmap(one, in_axes=(None, None, 0))(sel_leaves, frozen, xb)
+
+    return tuple(routes), jacobians
+
+
+def _check_route(route: str) -> None:
+    if route not in ROUTES:
+        raise InputError(f"unknown route {route!r}; choose one of {ROUTES}: 'auto' takes each "
+                         f"parameter leaf the cheaper way, 'jacobians' forms every per-example "
+                         f"Jacobian, 'structured' takes every dense product by its two Gram "
+                         f"matrices (module docstring of ntkbook.ntk.structured)")
+
+
+def describe_routes(routes: Sequence[Route]) -> str:
+    """One line: which leaves a kernel takes by structured derivatives and which by Jacobians."""
+    st = [r.name for r in routes if r.structured]
+    why: dict[str, list[str]] = {}  # reason -> the leaves taken by Jacobians for it
+    for r in routes:
+        if not r.structured:
+            why.setdefault(r.why, []).append(r.name)
+    parts = []
+    if st:
+        parts.append("structured derivatives for " + ", ".join(st))
+    if why:
+        parts.append("Jacobians for " + "; ".join(", ".join(names) + (f" ({w})" if w else "")
+                                                  for w, names in why.items()))
+    return "eNTK route: " + "; ".join(parts)
+
+
+#: the route lines of the kernels computed while :func:`recording_routes` is active (a stack of
+#: sets, one per active recording), and the lines already printed by this process
+_RECORDING: list[set] = []
+_PRINTED: set = set()
+
+
+class recording_routes:
+    """``with recording_routes() as lines:`` collects, in the set ``lines``, the route line
+    (:func:`describe_routes`) of every materialised kernel computed inside: what
+    :mod:`ntkbook.experiments` stores in a result's provenance (``entk_routes``)."""
+
+    def __enter__(self) -> set:
+        self.lines: set = set()
+        _RECORDING.append(self.lines)
+        return self.lines
+
+    def __exit__(self, *exc) -> None:
+        _RECORDING.remove(self.lines)
+
+
+def _report_route(line: str) -> None:
+    """Record ``line`` in every active recording; print it the first time this process sees it."""
+    for lines in _RECORDING:
+        lines.add(line)
+    if line not in _PRINTED:
+        _PRINTED.add(line)
+        print(line, flush=True)
+
+
 #: bytes of one slab of a widened Jacobian (see :func:`_widening_dot`)
 SLAB_BYTES = 64 << 20
 
@@ -426,7 +517,7 @@ def _widening_dot(a, b, accumulate: str):
 
 
 @functools.lru_cache(maxsize=16)
-def _make_contract_fn(groups, reduction, C, accumulate=None):
+def _make_contract_fn(groups, reduction, C, accumulate=None, layout=None):
     """A jitted function ``(J1, J2) -> one kernel block per group`` from the per-leaf Jacobians of
     two sets of inputs (``(n, C', P_i)`` and ``(m, C', P_i)``), each product accumulated in the
     dtype ``accumulate`` (a name, e.g. ``"float64"``, by :func:`_widening_dot`; None: the
@@ -437,7 +528,12 @@ def _make_contract_fn(groups, reduction, C, accumulate=None):
     the flat layout itself (row ``n*C' + c``); for ``"class"``/``"class_mean"`` ``(n, C' P_i) @
     (C' P_i, m)``, which sums over the matching outputs and the parameters at once. Blocks come in
     the output layout: ``(n, m, C, C)`` for ``"full"``, ``(n C, m C)`` for ``"flat"``, ``(n, m)``
-    otherwise."""
+    otherwise.
+
+    ``layout`` (None: leaf ``i`` is ``J[i]``) gives, per selected leaf, ``(slot, structured,
+    scale)``: where its arrays start in ``J1``/``J2`` and, for a structured leaf, that they are
+    its two factors ``H``, ``D``, contracted by :func:`ntkbook.ntk.structured.contract_factors`
+    (the arrays :func:`_make_routed_fn` forms)."""
     leaves = sorted({i for g in groups for i in g})
 
     def dot_t(a, b):  # a @ b.T
@@ -449,7 +545,12 @@ def _make_contract_fn(groups, reduction, C, accumulate=None):
     def contract(j1, j2):
         per_leaf = {}
         for i in leaves:
-            a, b = j1[i], j2[i]
+            slot, factored, scale = (i, False, 1.0) if layout is None else layout[i]
+            if factored:
+                per_leaf[i] = structured.contract_factors(j1[slot:slot + 2], j2[slot:slot + 2], scale,
+                                                          reduction, dot_t)
+                continue
+            a, b = j1[slot], j2[slot]
             n, m, c = a.shape[0], b.shape[0], a.shape[1]
             if reduction in ("full", "flat"):
                 k = dot_t(a.reshape(n * c, -1), b.reshape(m * c, -1))
@@ -588,8 +689,9 @@ def _cast_floating(a, dtype):
 
 
 def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_size, what,
-             memory_budget=None, precision="model"):
+             memory_budget=None, precision="model", route="auto"):
     jac_dtype, accumulate = _check_precision(precision)
+    _check_route(route)
     x1, x2 = _check_inputs(x1, x2)
     ps = _Params(params)
     C = _num_outputs(f, params, x1[0])
@@ -604,25 +706,44 @@ def _kernels(f, params, x1, x2, groups_filters, reduction, class_index, batch_si
     pos = {i: k for k, i in enumerate(sel_idx)}
     groups = tuple(tuple(pos[i] for i in g) for g in group_idx)
     sel, frozen = ps.split(sel_idx)
-    jacobians = _make_jacobian_fn(f, ps.treedef, len(ps.leaves), tuple(sel_idx), reduction, class_index)
-    contract = _make_contract_fn(groups, reduction, C, accumulate)
+    xs = (x1, x2)
+    if jac_dtype is not None:  # parameters and inputs cast for the Jacobians only
+        sel, frozen = ([_cast_floating(a, jac_dtype) for a in leaves] for leaves in (sel, frozen))
+        xs = tuple(None if x is None else _cast_floating(x, jac_dtype) for x in xs)
 
-    # the plan: bytes of one input's Jacobian and of the kernels, against the budget
+    # the route of every selected leaf: Jacobians, or the two factors of structured derivatives
+    routes, routed = (None, None) if route == "jacobians" else _make_routed_fn(
+        f, ps.treedef, len(ps.leaves), tuple(sel_idx), tuple(ps.names[i] for i in sel_idx), reduction,
+        class_index, route, tuple(_aval(a) for a in sel), tuple(_aval(a) for a in frozen), _aval(xs[0][0]))
+    if routed is None:
+        jacobians = _make_jacobian_fn(f, ps.treedef, len(ps.leaves), tuple(sel_idx), reduction, class_index)
+        contract = _make_contract_fn(groups, reduction, C, accumulate)
+    else:
+        jacobians = routed
+        slots = np.cumsum([0] + [2 if r.structured else 1 for r in routes])
+        layout = tuple((int(slots[i]), r.structured, r.scale) for i, r in enumerate(routes))
+        contract = _make_contract_fn(groups, reduction, C, accumulate, layout)
+    _report_route(describe_routes(routes or [Route(ps.names[i], False, "route='jacobians'")
+                                             for i in sel_idx]))
+
+    # the plan: bytes of one input's Jacobians (or factors) and of the kernels, against the budget
     out_dtype = jax.eval_shape(lambda p, x: f(p, x), params, x1[0]).dtype
     jac_itemsize = jnp.dtype(jac_dtype or out_dtype).itemsize
     kernel_itemsize = jnp.dtype(accumulate or jac_dtype or out_dtype).itemsize
     c_out = 1 if reduction == "class" else C
     n1, n2 = x1.shape[0], (None if x2 is None else x2.shape[0])
     per_pair = c_out * c_out if reduction in ("full", "flat") else 1
-    plan = plan_kernel(n1, n2, c_out * sum(int(sel[i].size) for i in range(len(sel))) * jac_itemsize,
-                       len(groups) * n1 * (n2 or n1) * per_pair * kernel_itemsize,
+    row = c_out * sum(int(sel[i].size) for i in range(len(sel)))
+    transient = 0  # a structured leaf's Gram matrices of positions, beside the kernel
+    if routed is not None:
+        row = sum(r.T * (r.K + c_out * r.O) if r.structured else c_out * r.size for r in routes)
+        transient = max((2 * r.T * r.T for r in routes if r.structured), default=0)
+        transient += 2 * per_pair if transient and reduction in ("full", "flat") else 0
+    plan = plan_kernel(n1, n2, row * jac_itemsize,
+                       (len(groups) * per_pair + transient) * n1 * (n2 or n1) * kernel_itemsize,
                        batch_size=batch_size, memory_budget=memory_budget)
     check_fits(plan)
 
-    xs = (x1, x2)
-    if jac_dtype is not None:  # parameters and inputs cast for the Jacobians only
-        sel, frozen = ([_cast_floating(a, jac_dtype) for a in leaves] for leaves in (sel, frozen))
-        xs = tuple(None if x is None else _cast_floating(x, jac_dtype) for x in xs)
     if plan.panels == 1:  # every Jacobian formed once, one product per leaf
         j1 = _jacobians_of(jacobians, sel, frozen, xs[0], plan.chunk)
         j2 = j1 if x2 is None else _jacobians_of(jacobians, sel, frozen, xs[1], plan.chunk)
@@ -706,6 +827,7 @@ def entk(
     batch_size: int | None = None,
     memory_budget: int | None = None,
     precision: str = "model",
+    route: str = "auto",
 ) -> jax.Array:
     """Materialised empirical NTK between the examples of ``x1`` and ``x2`` (``x2=None``: ``x1``).
 
@@ -733,13 +855,45 @@ def entk(
         ``"float64"`` (float64 throughout; needs ``jax_enable_x64``), ``"float32_jacobians"`` (float32 Jacobians, products accumulated in float64, a float64
         kernel; needs ``jax_enable_x64``) or ``"float32"`` (float32 throughout); the module
         docstring says what each costs and buys.
-
-    The per-example Jacobians are obtained by ``vmap(jacrev(f))`` over examples (``C`` reverse passes
-    per example; for ``"class"`` only the one needed output is differentiated).
+    route : ``"auto"`` (default), ``"jacobians"`` or ``"structured"`` (:data:`ROUTES`): how each
+        parameter leaf's part is formed. ``"jacobians"``: from its per-example Jacobians, obtained
+        by ``vmap(jacrev(f))`` over examples (``C`` reverse passes per example; for ``"class"``
+        only the one needed output is differentiated) and contracted. ``"structured"``: a leaf
+        that enters ``f`` through one matrix product (a dense layer) from two small Gram
+        matrices instead, :eq:`structured-entk` of :mod:`ntkbook.ntk.structured`, the others by
+        Jacobians. ``"auto"``: each leaf the way that costs fewer multiply-adds
+        (:func:`ntkbook.ntk.structured.costs`). The routes agree to float round-off; the route
+        taken is printed once per process (:func:`describe_routes`) and recorded in a result's
+        provenance (:class:`recording_routes`); :func:`kernel_routes` says it beforehand.
     """
     (k,) = _kernels(f, params, x1, x2, [(None, param_filter)], reduction, class_index, batch_size,
-                    "param_filter", memory_budget, precision)
+                    "param_filter", memory_budget, precision, route)
     return k
+
+
+def kernel_routes(f, params, x1, *, reduction: str = "full", class_index: int | None = None,
+                  param_filter: Filter = None, precision: str = "model",
+                  route: str = "auto") -> list[Route]:
+    """The route :func:`entk` takes for each parameter leaf ``param_filter`` selects (same
+    arguments), without computing a kernel: one :class:`ntkbook.ntk.structured.Route` per leaf,
+    in pytree order, with the reason for each leaf taken by Jacobians."""
+    jac_dtype, _ = _check_precision(precision)
+    _check_route(route)
+    x1, _ = _check_inputs(x1, None)
+    ps = _Params(params)
+    _check_reduction(reduction, class_index, _num_outputs(f, params, x1[0]))
+    sel_idx = ps.indices(param_filter)
+    sel, frozen = ps.split(sel_idx)
+    x_one = x1[0]
+    if jac_dtype is not None:
+        sel, frozen = ([_cast_floating(a, jac_dtype) for a in leaves] for leaves in (sel, frozen))
+        x_one = _cast_floating(x_one, jac_dtype)
+    if route == "jacobians":
+        return [Route(ps.names[i], False, "route='jacobians'", int(ps.leaves[i].size)) for i in sel_idx]
+    routes, _ = _make_routed_fn(f, ps.treedef, len(ps.leaves), tuple(sel_idx),
+                                tuple(ps.names[i] for i in sel_idx), reduction, class_index, route,
+                                tuple(_aval(a) for a in sel), tuple(_aval(a) for a in frozen), _aval(x_one))
+    return list(routes)
 
 
 def entk_layerwise(
@@ -754,6 +908,7 @@ def entk_layerwise(
     batch_size: int | None = None,
     memory_budget: int | None = None,
     precision: str = "model",
+    route: str = "auto",
 ) -> dict[str, jax.Array]:
     """Layer-wise eNTKs ``{name: kernel}``, one per filter of ``layers``, from one Jacobian pass.
 
@@ -762,7 +917,7 @@ def entk_layerwise(
     which partitions the parameters, so the layer-wise kernels then sum to the full kernel.  Each
     Jacobian is formed once (within ``memory_budget``, as :func:`entk`) and each parameter leaf is
     contracted once, into every layer that holds it.  A filter selecting no parameter raises
-    ``InputError``.  ``precision`` as :func:`entk`.
+    ``InputError``.  ``precision`` and ``route`` as :func:`entk`.
     """
     if layers is None:
         layers = default_layers(params)
@@ -770,7 +925,7 @@ def entk_layerwise(
         raise InputError("layers must name at least one parameter filter")
     names = list(layers)
     ks = _kernels(f, params, x1, x2, [(n, layers[n]) for n in names], reduction, class_index,
-                  batch_size, "layer", memory_budget, precision)
+                  batch_size, "layer", memory_budget, precision, route)
     return dict(zip(names, ks))
 
 
@@ -958,6 +1113,7 @@ def entk_mean_logit(
     batch_size: int | None = None,
     memory_budget: int | None = None,
     precision: str = "model",
+    route: str = "auto",
 ):
     r"""The **mean-logit** eNTK: ``(N1, N2)``, the full kernel averaged over all ``C × C`` output pairs.
 
@@ -965,8 +1121,8 @@ def entk_mean_logit(
     of the mean output (one reverse pass per example instead of ``C``), i.e. ``C²`` times less
     contraction work than ``"full"`` and ``C`` times less than ``"class_mean"``.  With ``layers``
     (a mapping name -> filter, as :func:`entk_layerwise`) it returns ``{name: kernel}`` from one
-    Jacobian pass; otherwise one kernel restricted by ``param_filter``.  ``precision`` as
-    :func:`entk`.
+    Jacobian pass; otherwise one kernel restricted by ``param_filter``.  ``precision`` and
+    ``route`` as :func:`entk`.
 
     When it agrees with ``"class_mean"``: write :math:`f = W_U^\top h` with :math:`h` the final
     hidden state and :math:`k_{mn}(x,x') = \partial_\theta h_m(x) \cdot \partial_\theta h_n(x')`
@@ -981,9 +1137,10 @@ def entk_mean_logit(
         if param_filter is not None:
             raise InputError("pass either layers or param_filter, not both")
         return entk_layerwise(fbar, params, x1, x2, layers=layers, reduction="class", class_index=0,
-                              batch_size=batch_size, memory_budget=memory_budget, precision=precision)
+                              batch_size=batch_size, memory_budget=memory_budget, precision=precision,
+                              route=route)
     return entk(fbar, params, x1, x2, reduction="class", class_index=0, param_filter=param_filter,
-                batch_size=batch_size, memory_budget=memory_budget, precision=precision)
+                batch_size=batch_size, memory_budget=memory_budget, precision=precision, route=route)
 
 
 def entk_matvec_mean_logit(f, params, x, *, param_filter: Filter = None,

@@ -1,4 +1,4 @@
-r"""The empirical NTK by structured derivatives: dense layers without parameter-sized Jacobians.
+r"""Structured derivatives: a dense layer's part of the eNTK without parameter-sized Jacobians.
 
 For a parameter ``W`` that enters the model once, through a matrix product ``y = h W`` (a dense
 layer, an attention projection, an unembedding; shared over positions ``t``), the Jacobian of an
@@ -12,41 +12,44 @@ part of the kernel is a sum of elementwise products of two small Gram matrices,
 
 never forming a tensor of the size of ``W`` per example and output (Novak, Sohl-Dickstein and
 Schoenholz, "Fast Finite Width Neural Tangent Kernel", ICML 2022, call this route structured
-derivatives).  Here it is found automatically: the per-example model ``f(params, x) -> (C,)`` (the
-convention of :mod:`ntkbook.ntk.entk`) is traced to a jaxpr, and a parameter leaf whose only use
-is one ``dot_general`` without batch dimensions (reached, if at all, through reshapes, transposes,
-dtype conversions, or products and quotients by a scalar literal, which preserve the inner
-product up to the square of the scalar) is taken this route.  The model is then evaluated with a
-zero "tap" added to the output of each such product, which gives every :math:`h_t` (the product's
-other operand) and, by reverse differentiation with respect to the taps, every
-:math:`\delta_{c,t}`.  Every other parameter leaf (an embedding read by ``gather``, a bias, a norm
-scale, a weight used twice) is left to :func:`ntkbook.ntk.entk.entk`'s explicit Jacobians, and the
-two parts are added: :func:`routes` says which leaf goes which way.
+derivatives).
 
-The cost per example is that of ``C`` reverse passes (as for the Jacobians) plus, per structured
-leaf and pair of examples, ``T T' (K + C O)`` multiply-adds for the class-mean kernel (``K``, ``O``:
-the contracted and free sizes of ``W``; ``T``: the positions) instead of ``C K O``.  Kernels are
-computed in the dtype of the model's outputs, with ``Precision.HIGHEST`` contractions.
+This module is the route's machinery; :func:`ntkbook.ntk.entk.entk` chooses it (``route=``).  The
+per-example function of the selected parameters is traced to a jaxpr, and a parameter leaf whose
+only use is one ``dot_general`` without batch dimensions (reached, if at all, through reshapes,
+transposes, dtype conversions, or products and quotients by a scalar literal, which preserve the
+inner product up to the square of the scalar) can take this route (:func:`plan_routes`).  The
+model is then evaluated with a zero "tap" added to the output of each such product, which gives
+every :math:`h_t` (the product's other operand) and, by reverse differentiation with respect to
+the taps, every :math:`\delta_{c,t}`, in the same reverse passes that give the other leaves'
+explicit Jacobians (:func:`factor_fn`).  :func:`contract_factors` evaluates
+:eq:`structured-entk` for one leaf.
+
+Cost per pair of examples and leaf, for the class-mean kernel: ``T T' (K + C O)`` multiply-adds
+instead of the Jacobians' ``C K O`` (``K``, ``O``: the contracted and free sizes of ``W``; ``T``:
+the positions; ``C``: the outputs), and ``T (K + C O)`` numbers held per example instead of
+``C K O`` (:func:`costs`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Literal
-from jax.tree_util import keystr, tree_flatten_with_path
 
 from ntkbook.errors import InputError
-from ntkbook.ntk import entk as _entk
 
-__all__ = ["Route", "routes", "structured_entk"]
+__all__ = ["ROUTES", "Route", "plan_routes", "costs", "factor_fn", "contract_factors"]
 
-_HIGHEST = jax.lax.Precision.HIGHEST
+#: the ``route=`` choices of the materialised kernels: ``"auto"`` (each leaf the cheaper way, by
+#: :func:`costs`), ``"jacobians"`` (explicit Jacobians for every leaf) and ``"structured"`` (every
+#: leaf that can take :eq:`structured-entk` takes it)
+ROUTES = ("auto", "jacobians", "structured")
 #: primitives between a parameter leaf and its product that keep the Frobenius inner product
 _SHAPE_ONLY = ("reshape", "transpose", "convert_element_type", "copy", "copy_p")
 #: products and quotients by a scalar literal: the inner product scales by the scalar squared
@@ -55,17 +58,31 @@ _SCALED = ("mul", "div")
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """How one parameter leaf enters the kernel: ``name`` (its key path), ``structured`` (True: by
-    :eq:`structured-entk`; False: explicit Jacobians) and, for a structured leaf, ``eqn`` (the index
-    of its product in the jaxpr), ``side`` (0 or 1: the operand of the product it is), ``scale``
-    (the square of the scalars on its way to the product) and ``why`` (for the others, the reason)."""
+    """How one selected parameter leaf enters the kernel.
+
+    ``name`` (its key path), ``structured`` (True: by :eq:`structured-entk`; False: explicit
+    Jacobians), ``why`` (the reason for a leaf taken by Jacobians: it cannot take the structured
+    route, or that route costs more, or the caller asked), ``size`` (its number of entries) and,
+    for a leaf that can take the structured route (whichever it takes), ``eqn`` (the index of its
+    product in the jaxpr), ``side`` (0 or 1: the operand of the product it is), ``scale`` (the
+    square of the scalars on its way to the product) and ``T``, ``K``, ``O`` (positions,
+    contracted and free sizes of the product)."""
 
     name: str
     structured: bool
+    why: str = ""
+    size: int = 0
     eqn: int = -1
     side: int = -1
     scale: float = 1.0
-    why: str = ""
+    T: int = 0
+    K: int = 0
+    O: int = 0  # noqa: E741
+
+    @property
+    def eligible(self) -> bool:
+        """Whether the leaf can take the structured route (found its one product)."""
+        return self.eqn >= 0
 
 
 def _uses(jaxpr) -> dict:
@@ -87,16 +104,30 @@ def _scalar_literal(v) -> float | None:
     return None
 
 
+def _dims(eqn, side: int) -> tuple[int, int, int]:
+    """``(T, K, O)`` of the product ``eqn`` with the parameter on operand ``side``."""
+    (lc, rc), _ = eqn.params["dimension_numbers"]
+    other = eqn.invars[1 - side].aval.shape
+    p_shape = eqn.invars[side].aval.shape
+    o_contract = rc if side == 0 else lc
+    p_contract = lc if side == 0 else rc
+    T = math.prod(d for i, d in enumerate(other) if i not in o_contract)
+    K = math.prod(other[i] for i in o_contract)
+    O = math.prod(d for i, d in enumerate(p_shape) if i not in p_contract)  # noqa: E741
+    return T, K, O
+
+
 def _route(jaxpr, uses, var, name: str) -> Route:
     """Follow ``var`` (a parameter leaf) to its one product, or say why it cannot be followed."""
+    size = math.prod(var.aval.shape)
     scale = 1.0
     while True:
         here = uses.get(var, [])
         if len(here) != 1:
-            return Route(name, False, why=f"used {len(here)} times" if here else "unused")
+            return Route(name, False, f"used {len(here)} times" if here else "unused", size)
         i, j = here[0]
         if i < 0:
-            return Route(name, False, why="an output of the model")
+            return Route(name, False, "an output of the model", size)
         eqn = jaxpr.eqns[i]
         prim = eqn.primitive.name
         if prim in _SHAPE_ONLY:
@@ -108,48 +139,58 @@ def _route(jaxpr, uses, var, name: str) -> Route:
                 scale *= (s * s) if prim == "mul" else 1.0 / (s * s)
                 var = eqn.outvars[0]
                 continue
-            return Route(name, False, why=f"{prim} by a non-scalar")
+            return Route(name, False, f"{prim} by a non-scalar", size)
         if prim == "dot_general":
             (_, _), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
             if lhs_batch or rhs_batch:
-                return Route(name, False, why="a product with batch dimensions")
-            return Route(name, True, eqn=i, side=j, scale=scale)
-        return Route(name, False, why=f"read by {prim}")
+                return Route(name, False, "a product with batch dimensions", size)
+            T, K, O = _dims(eqn, j)  # noqa: E741
+            return Route(name, True, "", size, i, j, scale, T, K, O)
+        return Route(name, False, f"read by {prim}", size)
 
 
-def _trace(f, params, x_one):
-    flat, treedef = tree_flatten_with_path(params)
-    leaves = [jnp.asarray(leaf) for _, leaf in flat]
-    names = [keystr(p) for p, _ in flat]
+def costs(r: Route, n_out: int, reduction: str) -> tuple[int, int]:
+    """``(Jacobians, structured)``: multiply-adds per pair of examples of leaf ``r``'s part of a
+    kernel with ``n_out`` differentiated outputs (1 for ``"class"``) and ``reduction``.
 
-    def g(leaves, x):
-        return f(treedef.unflatten(leaves), x)
+    Jacobians: ``C P`` for ``"class"``/``"class_mean"``, ``C² P`` for ``"full"``/``"flat"``.
+    Structured: ``T² K + T² C O``, or ``T² K + T² C² O`` (the two Gram matrices of
+    :eq:`structured-entk`)."""
+    pairs = n_out if reduction in ("class", "class_mean") else n_out * n_out
+    jac = pairs * r.size
+    if not r.eligible:
+        return jac, jac
+    return jac, r.T * r.T * (r.K + pairs * r.O)
 
-    closed = jax.make_jaxpr(g)(leaves, x_one)
-    return closed, [p for p, _ in flat], names, leaves
 
+def plan_routes(closed, names: Sequence[str], *, route: str, reduction: str) -> list[Route]:
+    """One :class:`Route` per name, for the first ``len(names)`` inputs of the traced function
+    ``closed`` (a closed jaxpr of ``g(selected leaves, other leaves, x) -> (C',)``).
 
-def routes(f, params, x_one, *, param_filter=None) -> list[Route]:
-    """How each parameter leaf selected by ``param_filter`` (as in :mod:`ntkbook.ntk.entk`) enters
-    the kernel of ``f`` at ONE example ``x_one``: one :class:`Route` per leaf, in pytree order."""
-    closed, paths, names, _ = _trace(f, params, x_one)
+    ``route``: ``"jacobians"`` takes every leaf by Jacobians; ``"structured"`` every leaf that can
+    take :eq:`structured-entk`; ``"auto"`` those for which it costs fewer multiply-adds
+    (:func:`costs`). A leaf is also left to the Jacobians when it is the second parameter operand
+    of one product (only one side of a product can be tapped)."""
+    if route not in ROUTES:
+        raise InputError(f"unknown route {route!r}; choose one of {ROUTES} (see ntkbook.ntk.structured)")
     jaxpr = closed.jaxpr
-    if len(jaxpr.outvars) != 1 or len(jaxpr.outvars[0].aval.shape) != 1:
-        raise InputError("f(params, x) must return one vector (C,) for ONE example x")
-    pred = _entk._compile_filter(param_filter)
+    n_out = jaxpr.outvars[0].aval.shape[0]
     uses = _uses(jaxpr)
-    out = []
-    taken = set()
-    for path, name, var in zip(paths, names, jaxpr.invars[:len(paths)]):
-        if pred(path):
-            r = _route(jaxpr, uses, var, name)
-            if r.structured and r.eqn in taken:   # both operands of one product are parameters
-                r = Route(name, False, why="the other operand of a product already taken")
-            taken.add(r.eqn)
-            out.append(r)
-    if not out:
-        raise InputError(f"param_filter {param_filter!r} selects no parameters; available paths: "
-                         + ", ".join(names))
+    out, taken = [], set()
+    for name, var in zip(names, jaxpr.invars):
+        r = _route(jaxpr, uses, var, name)
+        if r.eligible and r.eqn in taken:  # both operands of one product are parameters
+            r = Route(name, False, "the other operand of a product already taken", r.size)
+        if r.eligible:
+            jac, struct = costs(r, n_out, reduction)
+            if route == "jacobians":
+                r = dataclasses.replace(r, structured=False, why="route='jacobians'")
+            elif route == "auto" and struct >= jac:
+                r = dataclasses.replace(r, structured=False,
+                                        why=f"Jacobians cheaper ({jac:.3g} vs {struct:.3g} per pair)")
+            if r.structured:
+                taken.add(r.eqn)
+        out.append(r)
     return out
 
 
@@ -196,14 +237,8 @@ def _factors(eqn, side: int, h, delta):
     (lc, rc), _ = eqn.params["dimension_numbers"]
     other = h[1 - side]
     o_contract = list(rc if side == 0 else lc)
-    p_contract = list(lc if side == 0 else rc)
     o_free = [d for d in range(other.ndim) if d not in o_contract]
-    p_ndim = eqn.invars[side].aval.ndim
-    p_free = [d for d in range(p_ndim) if d not in p_contract]
-    o_shape = [other.shape[d] for d in o_free]
-    p_shape = [eqn.invars[side].aval.shape[d] for d in p_free]
-    T, O = math.prod(o_shape), math.prod(p_shape)
-    K = math.prod(other.shape[d] for d in o_contract)
+    T, K, O = _dims(eqn, side)  # noqa: E741
     H = jnp.transpose(other, o_free + o_contract).reshape(T, K)
     C = delta.shape[0]
     if side == 1:   # output dims: the other operand's free dims, then the parameter's
@@ -213,96 +248,62 @@ def _factors(eqn, side: int, h, delta):
     return H, D
 
 
-def _per_example(closed, structured: list[Route], n_leaves: int):
-    """``fn(leaves, x) -> [(H (T, K), D (C, T, O)) per structured leaf]`` for ONE example."""
-    eqns = closed.jaxpr.eqns
-    taps_at = {r.eqn: k for k, r in enumerate(structured)}
-    fn = _tapped(closed, taps_at)
-    avals = [eqns[r.eqn].outvars[0].aval for r in structured]
+def factor_fn(closed, plan: Sequence[Route]) -> Callable:
+    """``one(selected, others, x) -> tuple`` for ONE example: per leaf of ``plan`` in order, its
+    Jacobian ``(C', P)`` (a leaf taken by Jacobians) or its two factors ``H (T, K)`` and ``D (C',
+    T, O)`` of :eq:`structured-entk` (a structured leaf). ``closed`` is the jaxpr
+    :func:`plan_routes` read; one forward pass and ``C'`` reverse passes give everything."""
+    jaxpr = closed.jaxpr
+    struct = [k for k, r in enumerate(plan) if r.structured]
+    explicit = [k for k, r in enumerate(plan) if not r.structured]
+    eqns = [jaxpr.eqns[plan[k].eqn] for k in struct]
+    fn = _tapped(closed, {plan[k].eqn: j for j, k in enumerate(struct)})
+    avals = [e.outvars[0].aval for e in eqns]
+    n_out = jaxpr.outvars[0].aval.shape[0]
 
-    def factors(leaves, x):
-        args = [*leaves, *jax.tree_util.tree_leaves(x)]
+    def one(selected, others, x):
+        xs = jax.tree_util.tree_leaves(x)
+
+        def g(ex_leaves, taps):
+            leaves = list(selected)
+            for k, leaf in zip(explicit, ex_leaves):
+                leaves[k] = leaf
+            return fn([*leaves, *others, *xs], taps)
+
         zeros = [jnp.zeros(a.shape, a.dtype) for a in avals]
-        _, hs = fn(args, zeros)
-        deltas = jax.jacrev(lambda taps: fn(args, taps)[0])(zeros)
-        return [_factors(eqns[r.eqn], r.side, h, d) for r, h, d in zip(structured, hs, deltas)]
+        y, pullback, hs = jax.vjp(g, [selected[k] for k in explicit], zeros, has_aux=True)
+        jex, jtaps = jax.vmap(pullback)(jnp.eye(n_out, dtype=y.dtype))
+        out: list = [None] * len(plan)
+        for k, j in zip(explicit, jex):
+            out[k] = (j.reshape(n_out, -1),)
+        for k, e, h, d in zip(struct, eqns, hs, jtaps):
+            out[k] = _factors(e, plan[k].side, h, d)
+        return tuple(a for parts in out for a in parts)
 
-    return factors
-
-
-#: (f, the parameters' structure, shapes and dtypes, one example's, the filter) -> what
-#: :func:`_compiled` returns: a model's plan and its compiled factors are made once per process
-_COMPILED: dict = {}
-
-
-def _compiled(f, params, x_one, param_filter):
-    """``(closed jaxpr, routes, jitted batched factors, leaves)`` of ``f`` at these shapes."""
-    flat, treedef = jax.tree_util.tree_flatten(params)
-    leaves = [jnp.asarray(leaf) for leaf in flat]
-    try:
-        key = (f, treedef, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves), x_one.shape,
-               str(x_one.dtype), param_filter)
-        hit = _COMPILED.get(key)
-    except TypeError:  # an unhashable filter: nothing is remembered
-        key, hit = None, None
-    if hit is None:
-        closed, _, _, _ = _trace(f, params, x_one)
-        plan = routes(f, params, x_one, param_filter=param_filter)
-        structured = [r for r in plan if r.structured]
-        batched = jax.jit(jax.vmap(_per_example(closed, structured, len(leaves)), in_axes=(None, 0)))
-        hit = (closed, plan, batched)
-        if key is not None:
-            _COMPILED[key] = hit
-    return (*hit, leaves)
+    return one
 
 
-def _contract(F1, F2, scale: float, reduction: str, class_index: int | None):
-    """One leaf's kernel from the factors of two sets of examples, :eq:`structured-entk`."""
-    H1, D1 = F1   # (N1, T1, K), (N1, C, T1, O)
-    H2, D2 = F2
-    if reduction == "class":
-        D1, D2 = D1[:, class_index], D2[:, class_index]
-        return scale * jnp.einsum("ntk,msk,nto,mso->nm", H1, H2, D1, D2, precision=_HIGHEST,
-                                  optimize="optimal")
-    if reduction == "class_mean":
-        C = D1.shape[1]
-        return (scale / C) * jnp.einsum("ntk,msk,ncto,mcso->nm", H1, H2, D1, D2, precision=_HIGHEST,
-                                        optimize="optimal")
-    return scale * jnp.einsum("ntk,msk,ncto,mdso->nmcd", H1, H2, D1, D2, precision=_HIGHEST,
-                              optimize="optimal")
-
-
-def structured_entk(f: Callable, params, x1, x2=None, *, reduction: str = "full",
-                    class_index: int | None = None, param_filter=None, batch_size: int = 256) -> jax.Array:
-    """The empirical NTK of :func:`ntkbook.ntk.entk.entk` (same arguments, same result up to float
-    round-off), the leaves that :func:`routes` marks structured by :eq:`structured-entk`, the others
-    by ``entk``'s explicit Jacobians (``precision="model"``). ``batch_size``: examples whose
-    factors are formed at once."""
-    x1 = jnp.asarray(x1)
-    x2_ = x1 if x2 is None else jnp.asarray(x2)
-    closed, plan, batched, leaves = _compiled(f, params, x1[0], param_filter)
-    C = closed.jaxpr.outvars[0].aval.shape[0]
-    _entk._check_reduction(reduction, class_index, C)
-    structured = [r for r in plan if r.structured]
-    other = {r.name for r in plan if not r.structured}
-
-    kernel = None
-    if structured:
-        def factors(x):
-            parts = [batched(leaves, x[s:s + batch_size]) for s in range(0, x.shape[0], batch_size)]
-            return [(jnp.concatenate([p[k][0] for p in parts]), jnp.concatenate([p[k][1] for p in parts]))
-                    for k in range(len(structured))]
-
-        F1 = factors(x1)
-        F2 = F1 if x2 is None else factors(x2_)
-        for r, a, b in zip(structured, F1, F2):
-            part = _contract(a, b, r.scale, "full" if reduction == "flat" else reduction, class_index)
-            kernel = part if kernel is None else kernel + part
-        if reduction == "flat":
-            n1, n2 = kernel.shape[0], kernel.shape[1]
-            kernel = jnp.transpose(kernel, (0, 2, 1, 3)).reshape(n1 * C, n2 * C)
-    if other:
-        rest = _entk.entk(f, params, x1, x2, reduction=reduction, class_index=class_index,
-                          param_filter=lambda path: keystr(path) in other)
-        kernel = rest if kernel is None else kernel + rest
-    return kernel
+def contract_factors(F1, F2, scale: float, reduction: str, dot_t: Callable):
+    """One structured leaf's part of a kernel, :eq:`structured-entk`, from the factors ``(H (n, T,
+    K), D (n, C', T, O))`` of two sets of examples; ``dot_t(a, b)`` is ``a @ b.T`` at the caller's
+    precision. Returns, like the Jacobians' contraction: ``(n, m)`` summed over the outputs for
+    ``"class"``/``"class_mean"`` (the mean is the caller's), ``(n, m, C', C')`` for ``"full"``,
+    ``(n C', m C')`` for ``"flat"``."""
+    (H1, D1), (H2, D2) = F1, F2
+    n, C, T, O = D1.shape  # noqa: E741
+    m, S = D2.shape[0], D2.shape[2]
+    HH = dot_t(H1.reshape(n * T, -1), H2.reshape(m * S, -1)).reshape(n, T, m, S)
+    if reduction in ("class", "class_mean"):
+        a = jnp.swapaxes(D1, 1, 2).reshape(n * T, C * O)
+        b = jnp.swapaxes(D2, 1, 2).reshape(m * S, C * O)
+        return scale * jnp.sum(HH * dot_t(a, b).reshape(n, T, m, S), axis=(1, 3))
+    k = None
+    for t in range(T):
+        for s in range(S):
+            dd = dot_t(D1[:, :, t].reshape(n * C, O), D2[:, :, s].reshape(m * C, O)).reshape(n, C, m, C)
+            part = HH[:, t, None, :, s, None] * dd
+            k = part if k is None else k + part
+    k = scale * k
+    if reduction == "full":
+        return jnp.transpose(k, (0, 2, 1, 3))
+    return k.reshape(n * C, m * C)
