@@ -145,19 +145,23 @@ def estimate_seconds(config: Config) -> float:
     """Rough time on 2 CPU cores.
 
     Measured at p = 29, width 512: closed-form kernel 0.07 s and eigh + overlaps 0.3 s per snapshot;
-    the engine's dense kernel 120-300 s (load-dependent); one class-mean Lanczos product ~0.5 s.
+    the engine's dense kernel 0.3-0.7 s by structured derivatives (20-40 s by per-example
+    Jacobians, its route before 2026-12-08); one class-mean Lanczos product ~0.5 s.
     """
     n, c, p_ = config.p**2, config.p, _num_params(config)
     snaps = config.epochs // config.snapshot_every + 1
+    # the engine's kernel by structured derivatives: per weight, K + C O multiply-adds per pair
+    structured = (2 * config.p + c * config.width) + (config.width + c * config.p)
+    engine_kernel = n * n * structured * 2 / 2e10 + n * c * p_ * 2 / 1e10
     if config.kernel == "engine":
-        per_kernel = 0.5 * n * n * c * p_ * 2 / 5e9 + n * c * p_ * 2 / 1e9
+        per_kernel = engine_kernel
     else:
         per_kernel = n * n * config.width * 6 / 5e9
     per_eig = 0.1 * (n / 841) ** 3 + 0.2  # full eigh + overlaps: ~0.3 s at p = 29, ~7 s at p = 59
     train = config.epochs * n * config.width * config.p * 12 / 5e10 + 3.0
     total = len(config.seeds) * (snaps * (per_kernel + per_eig) + train)
     if config.crosscheck:  # one engine kernel and ~2k Lanczos products (~1 s each at p = 29)
-        total += 0.5 * n * n * c * p_ * 2 / 5e9 + (2 * 8 * (config.p // 2) + 12) * n * c * p_ * 8 / 2e10
+        total += engine_kernel + (2 * 8 * (config.p // 2) + 12) * n * c * p_ * 8 / 2e10
     return float(total)
 
 
