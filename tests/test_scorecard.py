@@ -4,6 +4,8 @@ and links point only to labels that exist."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ntkbook.verdicts import VERDICTS
@@ -194,6 +196,25 @@ def test_run_box_reads_times_from_file(tmp_path):
     assert "make chapter CH=x SCALE=smoke" in box and "make lab CH=x" in box
     assert "42.0s" in box and "5.0s" in box and "MNIST" in box
     assert "not measured" in report.run_this_chapter("y", times_file=times)
+
+
+def test_run_box_gives_compute_times_and_the_latest_whole_rerun(tmp_path):
+    """The paper-scale result's compute time from its provenance and, when a later rerun of the
+    whole entry agreed, that rerun's time too (a sample's time is not the entry's)."""
+    from ntkbook.experiments import get
+
+    times = tmp_path / "chapters.json"
+    times.write_text("{}")
+    cfg = dataclasses.asdict(get("lanczos_ghosts").Config.paper())
+    prov = {"device": "cpu", "wall_time_s": 3600.0}
+    plain = Result(name="lanczos_ghosts", config=cfg, provenance=prov)
+    assert "`lanczos_ghosts` 1h00m on CPU." in report.run_this_chapter("x", [plain], times_file=times)
+    reruns = [{"agree": True, "sample": None, "wall_time_s": 90.0, "date": "2026-12-08T00:30:00+00:00",
+               "provenance": {"device": "cpu"}},
+              {"agree": True, "sample": "seed 0", "wall_time_s": 10.0, "date": "2026-12-09T00:00:00+00:00"}]
+    again = Result(name="lanczos_ghosts", config=cfg, provenance=prov, reverified=reruns)
+    box = report.run_this_chapter("x", [again], times_file=times)
+    assert "`lanczos_ghosts` 1h00m on CPU (rerun whole in 1m30s on CPU, 2026-12-08)." in box
 
 
 def test_catalogued_chapter_label_is_the_fallback_link():
