@@ -70,6 +70,7 @@ def test_the_counts_describe_the_network(cost):
     assert cost["num_params"] == sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     assert cost["bytes_kernel"] == 8 * nc**2 and cost["bytes_jacobian"] == 8 * nc * cost["num_params"]
     assert cost["flops_lanczos"] == cost["lanczos_products"] * cost["flops_product"]
+    assert cost["flops_structured"] < cost["flops_materialise"] and cost["bytes_factors"] < cost["bytes_jacobian"]
     assert isinstance(cost["cpu_model"], str) and cost["cpu_model"] and cost["cpu_count"] >= 1
 
 
@@ -84,6 +85,9 @@ def test_operation_counts_on_a_hand_case():
     assert c["bytes_activations"] == 8 * 5 * 9
     assert c["bytes_vectors"] == 8 * 20 and c["bytes_lanczos_basis"] == 8 * 8 * 10
     assert c["bytes_jacobian"] == 8 * 10 * 26 and c["bytes_kernel"] == 8 * 100
+    # structured, per pair: each layer's input Gram (3, 4) and its cotangents' and bias's (C^2 n_l)
+    assert c["flops_structured"] == 2 * 5**2 * ((3 + 2 * 4 * 4) + (4 + 2 * 4 * 2))
+    assert c["bytes_factors"] == 8 * 5 * ((3 + 2 * 2 * 4) + (4 + 2 * 2 * 2))
 
 
 def test_the_result_round_trips_through_the_store(tmp_path, cost):

@@ -9,8 +9,10 @@ unit norm: :func:`ntkbook.data.mnist_unit_norm` with ``batch_seed``). On them th
   compiles) a forward pass, one product ``v -> K v`` of the flattened ``NC x NC`` eNTK
   (:func:`ntkbook.ntk.entk.entk_matvec`), Lanczos for the top ``k_top`` eigenpairs
   (:func:`ntkbook.ntk.eig.lanczos_topk`, its default ``2k + 10`` products), materialising ``J`` and
-  ``K = J J^T`` (:func:`ntkbook.ntk.entk.entk`, 10 examples per Jacobian block), and the dense
-  eigensolver on ``K`` (:func:`ntkbook.ntk.eig.dense_topk`);
+  ``K = J J^T`` (:func:`ntkbook.ntk.entk.entk` with ``route="jacobians"``, 10 examples per Jacobian
+  block), the same ``K`` by structured derivatives (``route="structured"``: each weight's part
+  from the Gram matrices of its layer's inputs and of the cotangents at its outputs, the biases'
+  from their Jacobians), and the dense eigensolver on ``K`` (:func:`ntkbook.ntk.eig.dense_topk`);
 - counts their floating-point operations and the memory they hold (:func:`operation_counts`);
 - checks Lanczos against the dense eigensolver (:func:`lanczos_check`) and computes the top
   eigenvalue of each layer's kernel (:func:`layer_top_eigenvalues`).
@@ -146,10 +148,13 @@ def operation_counts(sizes: tuple[int, ...], n_inputs: int, num_params: int, lan
     - ``flops_forward`` ``2N sum_l n_{l-1} n_l``; ``flops_product`` ``2N (2 n_0 n_1 + 4 sum_{l>=2}
       n_{l-1} n_l)`` (a VJP and a JVP; the first layer's input does not depend on the parameters);
       ``flops_lanczos`` ``lanczos_products`` products; ``flops_materialise`` ``2 (NC)^2 P``
-      (``K = J J^T``); ``flops_eigensolver`` ``(NC)^3``;
+      (``K = J J^T``); ``flops_structured`` ``2 N^2 sum_l (n_{l-1} + C^2 n_l + C^2 n_l)`` (the
+      kernel by structured derivatives: per layer the Gram matrices of its inputs and of the
+      cotangents at its outputs, and its bias's Jacobian); ``flops_eigensolver`` ``(NC)^3``;
     - ``bytes_activations`` (one forward pass), ``bytes_vectors`` (``v`` and ``Kv``),
       ``bytes_lanczos_basis`` (``lanczos_products + 1`` vectors), ``bytes_jacobian`` (``NC x P``),
-      ``bytes_kernel`` (``NC x NC``).
+      ``bytes_factors`` (per input and layer its input and the cotangents at its outputs, and its
+      bias's Jacobian: ``N sum_l (n_{l-1} + 2 C n_l)``), ``bytes_kernel`` (``NC x NC``).
     """
     n, c = n_inputs, sizes[-1]
     weights = [a * b for a, b in zip(sizes[:-1], sizes[1:])]
@@ -159,11 +164,13 @@ def operation_counts(sizes: tuple[int, ...], n_inputs: int, num_params: int, lan
         "flops_product": flops_product,
         "flops_lanczos": lanczos_products * flops_product,
         "flops_materialise": 2 * (n * c) ** 2 * num_params,
+        "flops_structured": 2 * n * n * sum(a + 2 * c * c * b for a, b in zip(sizes[:-1], sizes[1:])),
         "flops_eigensolver": (n * c) ** 3,
         "bytes_activations": bytes_per_number * n * sum(sizes),
         "bytes_vectors": bytes_per_number * 2 * n * c,
         "bytes_lanczos_basis": bytes_per_number * (lanczos_products + 1) * n * c,
         "bytes_jacobian": bytes_per_number * n * c * num_params,
+        "bytes_factors": bytes_per_number * n * sum(a + 2 * c * b for a, b in zip(sizes[:-1], sizes[1:])),
         "bytes_kernel": bytes_per_number * (n * c) ** 2,
     }
 
@@ -205,8 +212,10 @@ def run(config: Config, points: PointStore | None = None) -> Result:
 
     Arrays: ``inputs_demo`` ``(10, 784)`` and ``labels_demo``, ``inputs_batch`` ``(N, 784)`` and
     ``labels_batch``, ``lanczos_eigenvalues`` and ``dense_eigenvalues`` ``(k_top,)``. Scalars:
-    ``seconds_forward``, ``seconds_product``, ``seconds_lanczos``, ``seconds_materialise``,
-    ``seconds_eigensolver``; the counts of :func:`operation_counts`; those of :func:`lanczos_check`;
+    ``seconds_forward``, ``seconds_product``, ``seconds_lanczos``, ``seconds_materialise`` (the
+    kernel from the per-example Jacobians, ``route="jacobians"``), ``seconds_structured`` (the same
+    kernel by structured derivatives), ``seconds_eigensolver``; the counts of
+    :func:`operation_counts`; those of :func:`lanczos_check`;
     ``layer_top_eigenvalues`` (a dict); ``n_inputs``, ``num_outputs``, ``kernel_dim`` (``NC``),
     ``num_params``, ``layer_sizes``; ``cpu_model``, ``cpu_count``."""
     import jax
@@ -228,8 +237,9 @@ def run(config: Config, points: PointStore | None = None) -> Result:
         vec = jnp.asarray(np.random.default_rng(0).standard_normal(op.dim))
         forward = jax.jit(jax.vmap(mlp.apply, in_axes=(None, 0)))
 
-        def materialise():
-            return entk.entk(mlp.apply, params, xb, reduction="flat", batch_size=10, precision=PRECISION)
+        def materialise(route="jacobians"):  # J, then K = J J^T
+            return entk.entk(mlp.apply, params, xb, reduction="flat", batch_size=10, precision=PRECISION,
+                             route=route)
 
         seconds = {
             "seconds_forward": best_seconds(lambda: forward(params, xb), config.repeats),
@@ -237,6 +247,7 @@ def run(config: Config, points: PointStore | None = None) -> Result:
             "seconds_lanczos": best_seconds(lambda: eig.lanczos_topk(op, op.dim, k).eigenvectors,
                                             config.repeats_slow),
             "seconds_materialise": best_seconds(materialise, config.repeats_slow),
+            "seconds_structured": best_seconds(lambda: materialise("structured"), config.repeats_slow),
         }
         top = eig.lanczos_topk(op, op.dim, k)
         kernel = materialise()
