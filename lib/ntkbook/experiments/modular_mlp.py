@@ -60,6 +60,20 @@ CLIFF2_FEATURES = ("sum", "diff", "2a", "2b", "sum+diff", "a+b axes")
 #: the eigenvectors kept for pictures (first seed): snapshot label -> result key
 EIGVEC_KEYS = {"init": "eigvecs_init", "memorisation": "eigvecs_memorisation", "final": "eigvecs_final"}
 
+#: a whole rerun with the engine's structured route (2026-12-08; the entry had been computed with
+#: per-example Jacobians, another summation order) agreed in every spectrum, overlap, cliff and
+#: curve, but not in (1) the kept eigenvectors: the spectrum's blocks are degenerate (the Fourier
+#: pairs), so a block has no unique basis and round-off rotates it, and signs are arbitrary (what
+#: they span is compared through the overlaps; :func:`sample_view` leaves them out for the same
+#: reason), nor in (2) the cross-check's errors, which are round-off by construction (1e-15 to
+#: 1e-18 each): those are compared to within two orders of magnitude
+REPRODUCE_TOLERANCE = {
+    "ignore": {"eigvecs_*": "eigenvectors of degenerate blocks: no unique basis (the overlaps compare their spans)"},
+    "loose": {"crosscheck.engine_vs_closed_form_max_rel": {"rtol": 100.0},
+              "crosscheck.eigenvalue_*_rel_error": {"rtol": 100.0},
+              "crosscheck.lanczos_residual_max": {"rtol": 100.0}},
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
