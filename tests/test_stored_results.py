@@ -147,6 +147,21 @@ def test_lanczos_ghosts_statements():
         assert 0 < r[f"{op}_first_ghost_step"] < r[f"{op}_plain_ritz"].shape[0]
 
 
+def test_modular_mlp_larger_prime_engine_and_closed_form_runs_agree():
+    """The book reads the larger prime through the engine; the run with the model's closed-form
+    kernel, which it read before, agrees with it in every value to round-off."""
+    from ntkbook.claims import modular_mlp as claims_mm
+    from ntkbook.freshness import compare, flatten
+
+    over = claims_mm.variants("paper")["larger_p"]
+    engine = paper("modular_mlp", **over)
+    closed = paper("modular_mlp", **{**over, "kernel": "closed_form"})
+    assert engine.config["kernel"] == "engine" and closed.config["kernel"] == "closed_form"
+    c = compare(flatten(closed.arrays, closed.scalars), flatten(engine.arrays, engine.scalars),
+                {"rtol": 1e-10, "atol": 1e-12})
+    assert c.agree and len(c.differences) > 100, [d for d in c.differences if not d.ok][:3]
+
+
 @pytest.mark.parametrize("label", ["main", "relu", "larger_p"])
 def test_modular_mlp_statements(label):
     """Every model trained and grokked; the first cliff has exactly 4 floor(p/2) eigenvalues at
