@@ -194,6 +194,15 @@ def test_the_routes_taken_are_recorded():
     assert outer == inner | {"eNTK route: Jacobians for ['W1'], ['W2'] (route='jacobians')"}
     entk.entk(f, p, x, reduction="class_mean")  # nothing recording: nothing kept
     assert len(outer) == 2
+    # printed once per process; in a built chapter moved to the logs with the other progress lines
+    from ntkbook.book.build import PROGRESS_LINE
+
+    assert all(PROGRESS_LINE.match(line) for line in outer)
+
+
+def test_leaf_labels_read_as_dotted_paths():
+    assert entk.leaf_label("['dense1']['w']") == "dense1.w" and entk.leaf_label("['W_U']") == "W_U"
+    assert entk.leaf_label("['layers'][0]['kernel'].value") == "layers.0.kernel.value"
 
 
 def test_scalars_shapes_shared_weights_and_products_of_two_parameters():

@@ -71,11 +71,13 @@ STAGED = ("_config.yml", "_toc.yml", "references.bib")
 MYST_DIR = "_myst"
 #: per-scale execution times of the chapters, read by ntkbook.book.report.run_this_chapter
 TIMES_FILE = REPO / "results" / "chapters.json"
-#: lines of progress output (ntkbook.progress; the "computing ..." and "waiting for ..." lines of the store)
+#: lines of progress output (ntkbook.progress; the "computing ..." and "waiting for ..." lines of the
+#: store; the eNTK engine's route lines, ntkbook.ntk.entk.describe_routes)
 PROGRESS_LINE = re.compile(
     r"^(computing \S+ \(config [0-9a-f]+[,)].*"
     r"|.*: \d+/\d+ \(\s*\d+%\) elapsed .*"
     r"|.*: done, \d+/\d+ in .*"
+    r"|eNTK route: .*"
     r"|waiting for .* to finish computing .*)$")
 # MathJax lives in _mathjax/mathjax, not _static: Jupyter Book adds every .js file under
 # _static to every page, which would load all of MathJax's bundles at once.

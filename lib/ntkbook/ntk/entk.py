@@ -104,7 +104,7 @@ __all__ = [
     "plan_kernel",
     "DEFAULT_MEMORY_BUDGET", "default_memory_budget", "available_memory", "check_fits",
     "PRECISIONS",
-    "ROUTES", "Route", "kernel_routes", "describe_routes", "recording_routes",
+    "ROUTES", "Route", "kernel_routes", "describe_routes", "leaf_label", "recording_routes",
 ]
 
 REDUCTIONS = ("full", "class", "class_mean", "flat")
@@ -439,6 +439,13 @@ def _check_route(route: str) -> None:
                          f"parameter leaf the cheaper way, 'jacobians' forms every per-example "
                          f"Jacobian, 'structured' takes every dense product by its two Gram "
                          f"matrices (module docstring of ntkbook.ntk.structured)")
+
+
+def leaf_label(name: str) -> str:
+    """A leaf's key path as a reader reads it: ``"['dense1']['w']"`` -> ``"dense1.w"``,
+    ``"['layers'][0]['kernel'].value"`` -> ``"layers.0.kernel.value"``."""
+    return re.sub(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]", lambda m: "." + next(g for g in m.groups() if g is not None),
+                  name).lstrip(".")
 
 
 def describe_routes(routes: Sequence[Route]) -> str:
