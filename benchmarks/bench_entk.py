@@ -20,7 +20,8 @@ Measures, in one run and float64:
 4. a layer-filtered product on an 8-layer MLP (filter = last layer), reusing the linearised forward
    pass versus recomputing it in each product;
 5. the materialised class-mean kernel of the modular MLP (N = 841) at each ``precision=`` of the
-   engine: time, and the kernel's and eigenvalues' error against float64.
+   engine, on the per-example Jacobians' route (``route="jacobians"``, where the precision sets
+   the Jacobians' memory): time, and the kernel's and eigenvalues' error against float64.
 """
 
 from __future__ import annotations
@@ -308,13 +309,15 @@ def bench_filtered(quick):
               f"{ratio(t_n, t_r)} | {ratio(t_r, t_f)} |")
 
 
-def bench_precision(quick):
+def bench_precision(quick, route="jacobians"):
+    """Each precision on the per-example Jacobians' route (where precision sets the memory the
+    Jacobians take, section 5 of the README); ``route="structured"`` for the engine's default."""
     width = 128 if quick else 512
     print(f"\n## 5. materialised class-mean kernel by precision (modular MLP p = 29, width {width}, "
-          f"N = 841)\n")
+          f"N = 841, route={route!r})\n")
     onehot, _ = modular_inputs()
     params = mlp_init(jax.random.PRNGKey(0), width=width)
-    fns = [lambda pr=pr: entk(mlp, params, onehot, reduction="class_mean", precision=pr)
+    fns = [lambda pr=pr: entk(mlp, params, onehot, reduction="class_mean", precision=pr, route=route)
            for pr in PRECISIONS]
     times = timeit(fns, repeat=2 if quick else 3)
     ref = np.asarray(block(fns[0]()))
