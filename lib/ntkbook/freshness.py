@@ -51,7 +51,7 @@ from ntkbook.errors import NtkbookError
 from ntkbook.store import Result, Store, environment, provenance
 
 __all__ = [
-    "entk_routes",
+    "entk_routes", "latest_whole_rerun",
     "DEFAULT_TOLERANCE", "TODAY", "EARLIER", "Freshness", "freshness", "Difference", "Comparison",
     "flatten", "compare", "Reproduction", "reproduce",
 ]
@@ -386,6 +386,14 @@ def entk_routes(result: Result) -> tuple[list[str] | None, list[str] | None]:
     Jacobian)."""
     rerun = [r for r in result.reverified or [] if r.get("agree", True) and r.get("entk_routes")]
     return result.provenance.get("entk_routes"), (rerun[-1]["entk_routes"] if rerun else None)
+
+
+def latest_whole_rerun(result: Result) -> dict | None:
+    """The latest agreeing re-verification record of ``result`` that reran the whole entry (no
+    sample) and timed it (``wall_time_s``), or None: what the entry costs with later code."""
+    whole = [r for r in result.reverified or [] if r.get("agree", True) and not r.get("sample")
+             and r.get("wall_time_s") is not None]
+    return whole[-1] if whole else None
 
 
 def reproduce(name: str, store: Store, *, entries: Sequence[str] | None = None,

@@ -326,6 +326,7 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
       data: the data sets it reads (e.g. ``["MNIST"]``); empty for none.
       notes: further lines for the box (Markdown), e.g. a faster route to the paper-scale numbers.
     """
+    from ntkbook.freshness import latest_whole_rerun
     from ntkbook.progress import format_seconds
 
     times = _chapter_times(chapter, times_file)
@@ -355,10 +356,8 @@ def run_this_chapter(chapter: str, results: Sequence = (), data: Sequence[str] =
         wall = (r.provenance or {}).get("wall_time_s")
         if scale == "paper" and not changed and wall is not None:
             took = f"`{r.name}` {format_seconds(float(wall))} on {device_label(r.provenance)}"
-            whole = [v for v in r.reverified or [] if v.get("agree", True) and not v.get("sample")
-                     and v.get("wall_time_s") is not None]
-            if whole:  # the latest rerun of the whole entry: what it costs with later code
-                v = whole[-1]
+            v = latest_whole_rerun(r)
+            if v is not None:  # what the entry costs with later code
                 took += (f" (rerun whole in {format_seconds(float(v['wall_time_s']))} on "
                          f"{device_label(v.get('provenance') or {})}, {str(v.get('date'))[:10]})")
             computed.append(took)
